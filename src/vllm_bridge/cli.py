@@ -1,0 +1,66 @@
+"""The `vllm-bridge` command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from vllm_bridge.patching import docs
+from vllm_bridge.patching.registry import REGISTRY
+
+app = typer.Typer(no_args_is_help=True, add_completion=False)
+console = Console()
+
+
+@app.callback()
+def _root() -> None:
+    """vllm-bridge: vLLM's CPU platform, out of tree."""
+
+
+def _status(name: str, problems: list[str], disabled: set[str]) -> str:
+    if name in disabled:
+        return "disabled"
+    if any(p.startswith("target missing") for p in problems):
+        return "target missing"
+    if any("outside the patch's range" in p for p in problems):
+        return "outside version range"
+    if problems:
+        return "drifted"
+    return "ok"
+
+
+@app.command()
+def patches(
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 if any patch has a problem.")
+    ] = False,
+    docs_path: Annotated[
+        Path | None, typer.Option("--docs", help="Write the patch docs to this file.")
+    ] = None,
+) -> None:
+    """List every patch and its status against the installed vLLM."""
+    if docs_path is not None:
+        docs_path.write_text(docs.render(REGISTRY))
+        console.print(f"wrote {docs_path}")
+        return
+    disabled = REGISTRY.disabled_names()
+    table = Table("name", "stage", "target", "status", "detail")
+    failed = False
+    for patch in REGISTRY.patches():
+        problems = REGISTRY.problems(patch)
+        status = _status(patch.name, problems, disabled)
+        failed = failed or status not in ("ok", "disabled")
+        table.add_row(
+            patch.name, patch.stage, patch.target, status, "; ".join(problems)
+        )
+    console.print(table)
+    if check and failed:
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    app()

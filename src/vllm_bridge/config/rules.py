@@ -1,0 +1,207 @@
+"""CPU defaults for a user's VllmConfig: each rule decides one option, says
+why, and leaves anything the user set explicitly alone.
+
+Rules run on every call of ``check_and_update_config``: in the main process,
+and again in the engine-core process on the already-updated config, where
+each rule must find nothing left to change (idempotence).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vllm_bridge.config.audit import Change, report
+from vllm_bridge.device import cpu
+from vllm_bridge.errors import BridgeConfigError
+from vllm_bridge.log import get_logger
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+
+WORKER_CLASS = "vllm_bridge.worker.BridgeWorker"
+THREADS_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+KVCACHE_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+
+# vLLM's CacheConfig default; a config still holding it was not tuned for
+# the CPU (vLLM's CPU worker reads it as a fraction of the node's total
+# memory, which it then fails to find free).
+VLLM_DEFAULT_MEMORY_FRACTION = 0.92
+# Share of the memory left after the weights that the KV cache may take:
+# the rest covers activations, the compile cache and the other processes.
+KV_CACHE_SHARE = 0.5
+# On machines with at most this many cores, reserving one for the
+# engine-core process (vLLM's automatic binding) costs the worker a large
+# share of its compute while the engine core uses a few percent of a core.
+SMALL_MACHINE_CORES = 8
+MiB = 1 << 20
+
+logger = get_logger("config")
+
+
+def _size(n_bytes: float) -> str:
+    if abs(n_bytes) < 2**30:
+        return f"{n_bytes / MiB:.0f} MiB"
+    return f"{n_bytes / 2**30:.2f} GiB"
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    apply: Callable[[VllmConfig], Change | None]
+
+
+def worker_class(vllm_config: VllmConfig) -> Change | None:
+    parallel = vllm_config.parallel_config
+    if parallel.worker_cls != "auto":
+        return None
+    parallel.worker_cls = WORKER_CLASS
+    return Change(
+        "parallel_config.worker_cls",
+        "auto",
+        WORKER_CLASS,
+        "the vllm-bridge worker requests AMX tile permission and applies "
+        "worker-stage patches before the first step",
+        "worker_class",
+    )
+
+
+def _kv_bytes_per_token(vllm_config: VllmConfig) -> int | None:
+    model = vllm_config.model_config
+    if model is None or model.use_mla or model.is_hybrid:
+        return None
+    import torch
+
+    cache_dtype = vllm_config.cache_config.cache_dtype
+    if cache_dtype == "auto":
+        element = torch.tensor([], dtype=model.dtype).element_size()
+    else:
+        element = 1
+    layers = model.get_num_layers(vllm_config.parallel_config)
+    kv_heads = model.get_num_kv_heads(vllm_config.parallel_config)
+    return 2 * layers * kv_heads * model.get_head_size() * element
+
+
+def _local_weights_bytes(vllm_config: VllmConfig) -> int:
+    model = vllm_config.model_config
+    if model is None or not Path(model.model).is_dir():
+        return 0
+    weight_files = [
+        path
+        for pattern in ("*.safetensors", "*.bin", "*.pt")
+        for path in Path(model.model).glob(pattern)
+    ]
+    return sum(path.stat().st_size for path in weight_files)
+
+
+def kv_cache_budget(vllm_config: VllmConfig) -> Change | None:
+    cache = vllm_config.cache_config
+    if cache.kv_cache_memory_bytes is not None:
+        return None  # set by --kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE
+    if cache.gpu_memory_utilization != VLLM_DEFAULT_MEMORY_FRACTION:
+        return None  # an explicit --gpu-memory-utilization
+    available = cpu.available_memory_bytes()
+    weights = _local_weights_bytes(vllm_config)
+    budget = int(KV_CACHE_SHARE * (available - weights))
+    per_token = _kv_bytes_per_token(vllm_config)
+    model = vllm_config.model_config
+    reason = (
+        f"{KV_CACHE_SHARE:.0%} of the memory available now "
+        f"({_size(available)}) less the weights ({_size(weights)})"
+    )
+    needed = MiB
+    if per_token is not None and model is not None:
+        needed = per_token * model.max_model_len
+        full = needed * vllm_config.scheduler_config.max_num_seqs
+        if full < budget:
+            budget = full
+            reason = (
+                "enough for max_num_seqs sequences of max_model_len tokens "
+                f"({_size(full)}), less than {reason}"
+            )
+    if budget < needed:
+        raise BridgeConfigError(
+            "Not enough memory for the KV cache of one sequence of "
+            f"max_model_len tokens ({_size(needed)}): the budget is "
+            f"{_size(budget)} ({reason}). Lower --max-model-len, "
+            "free memory, or set --kv-cache-memory-bytes."
+        )
+    budget = max(needed, budget // MiB * MiB)
+    cache.kv_cache_memory_bytes = budget
+    return Change(
+        "cache_config.kv_cache_memory_bytes",
+        None,
+        budget,
+        f"vLLM's default gpu_memory_utilization={VLLM_DEFAULT_MEMORY_FRACTION} "
+        "asks for more than the CPU has free; KV cache sized to " + reason,
+        "kv_cache_budget",
+    )
+
+
+def _id_ranges(ids: list[int]) -> str:
+    parts: list[str] = []
+    start = previous = ids[0]
+    for cpu_id in [*ids[1:], None]:
+        if cpu_id is not None and cpu_id == previous + 1:
+            previous = cpu_id
+            continue
+        parts.append(str(start) if start == previous else f"{start}-{previous}")
+        if cpu_id is not None:
+            start = previous = cpu_id
+    return ",".join(parts)
+
+
+def thread_binding(vllm_config: VllmConfig) -> Change | None:
+    if THREADS_BIND_ENV in os.environ or "OMP_NUM_THREADS" in os.environ:
+        return None
+    parallel = vllm_config.parallel_config
+    if parallel.world_size != 1 or parallel.data_parallel_size != 1:
+        return None  # several workers: keep vLLM's per-rank NUMA plan
+    cores = cpu.physical_cores(cpu.allowed_cpus())
+    if len(cores) > SMALL_MACHINE_CORES:
+        return None
+    value = _id_ranges(cores)
+    # Set in this (main) process: the engine core and its workers are
+    # spawned from it and inherit the environment.
+    os.environ[THREADS_BIND_ENV] = value
+    return Change(
+        f"env.{THREADS_BIND_ENV}",
+        "auto",
+        value,
+        f"{len(cores)} usable core(s): vLLM's automatic binding would reserve "
+        "one for the engine-core process, which needs a few percent of a core",
+        "thread_binding",
+    )
+
+
+# Rules that must run before vLLM's built-in CPU defaults (which would fill
+# the same options with their own choice).
+BEFORE_BUILTIN = (Rule("worker_class", worker_class),)
+AFTER_BUILTIN = (
+    Rule("kv_cache_budget", kv_cache_budget),
+    Rule("thread_binding", thread_binding),
+)
+
+
+def _run(rules: tuple[Rule, ...], vllm_config: VllmConfig) -> list[Change]:
+    changes = (rule.apply(vllm_config) for rule in rules)
+    return [change for change in changes if change is not None]
+
+
+def reconcile(
+    vllm_config: VllmConfig, builtin: Callable[[VllmConfig], None]
+) -> list[Change]:
+    """Run the rules around vLLM's built-in CPU reconciliation ``builtin``."""
+    changes = _run(BEFORE_BUILTIN, vllm_config)
+    builtin(vllm_config)
+    changes += _run(AFTER_BUILTIN, vllm_config)
+    logger.info(
+        "vllm-bridge reconciled the config in process %d: %d change(s).",
+        os.getpid(),
+        len(changes),
+    )
+    report(changes)
+    return changes

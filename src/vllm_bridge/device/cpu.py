@@ -1,0 +1,101 @@
+"""Facts about the CPU this process runs on, and the process-level setup
+that kernels need (AMX tile permission)."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+
+
+@dataclass(frozen=True)
+class IsaFacts:
+    machine: str
+    avx512: bool
+    avx512_bf16: bool
+    amx_tile: bool
+
+    def describe(self) -> str:
+        names = [
+            name
+            for name, present in (
+                ("AVX-512", self.avx512),
+                ("AVX-512-BF16", self.avx512_bf16),
+                ("AMX", self.amx_tile),
+            )
+            if present
+        ]
+        return f"{self.machine}: {', '.join(names) if names else 'no AVX-512/AMX'}"
+
+
+def _is_x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
+
+
+@cache
+def isa() -> IsaFacts:
+    x86 = _is_x86()
+    return IsaFacts(
+        machine=platform.machine(),
+        avx512=x86 and torch.cpu._is_avx512_supported(),
+        avx512_bf16=x86 and torch.cpu._is_avx512_bf16_supported(),
+        amx_tile=x86 and torch.cpu._is_amx_tile_supported(),
+    )
+
+
+def allowed_cpus() -> list[int]:
+    """The logical CPUs this process may run on (its affinity mask)."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def physical_cores(cpus: list[int]) -> list[int]:
+    """One logical CPU per physical core among ``cpus`` (the first sibling)."""
+    chosen: dict[tuple[str, str], int] = {}
+    for cpu in cpus:
+        topology = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        try:
+            with open(f"{topology}/physical_package_id") as package_file:
+                package = package_file.read().strip()
+            with open(f"{topology}/core_id") as core_file:
+                core = core_file.read().strip()
+        except OSError:
+            package, core = "?", str(cpu)
+        chosen.setdefault((package, core), cpu)
+    return sorted(chosen.values())
+
+
+def available_memory_bytes() -> int:
+    """Memory available to the worker now: the smallest of the memory
+    nodes it may use (vLLM's CPU worker checks against that) and the
+    system's available memory."""
+    import psutil
+    from vllm.utils.cpu_resource_utils import (
+        get_memory_node_info,
+        get_visible_memory_node,
+    )
+
+    system = psutil.virtual_memory().available
+    nodes = [
+        get_memory_node_info(node).available_memory
+        for node in get_visible_memory_node()
+    ]
+    return min([system, *nodes])
+
+
+def request_amx_permission() -> bool:
+    """Ask the kernel for AMX tile state permission for this process.
+
+    Linux requires ``arch_prctl(ARCH_REQ_XCOMP_PERM)`` before a process may
+    execute AMX instructions. Nothing guarantees that a library has asked
+    before vLLM's AMX attention kernel (``cpu_attention_with_kv_cache``)
+    first runs; when it has not, the worker dies with SIGILL (7 of 10 default
+    starts on this project's reference machine, 0 of 9 after asking). Asking
+    once, before the first step, is harmless where AMX is absent (returns
+    False). Returns whether AMX may now be used.
+    """
+    if not isa().amx_tile:
+        return False
+    return bool(torch.cpu._init_amx())

@@ -1,0 +1,66 @@
+"""What a process looks like from the inside, for tests and the CLI.
+
+``BridgeWorker`` exposes the worker-side ones as methods, so tests and
+tools reach them with ``LLM.collective_rpc("bridge_report")``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any
+
+import torch
+
+from vllm_bridge.patching.registry import REGISTRY
+
+_op_profile: list[torch.profiler.profile] = []
+
+
+def process_report() -> dict[str, Any]:
+    """The platform of this process and the patches applied in it."""
+    from vllm.platforms import current_platform
+
+    platform_class = type(current_platform)
+    return {
+        "pid": os.getpid(),
+        "platform": f"{platform_class.__module__}.{platform_class.__qualname__}",
+        "is_cpu": current_platform.is_cpu(),
+        "pin_memory": current_platform.is_pin_memory_available(),
+        "patches": {name: r.status for name, r in REGISTRY.records().items()},
+    }
+
+
+def worker_report(worker: Any) -> dict[str, Any]:
+    from vllm.platforms import current_platform
+    from vllm.triton_utils import dispatcher
+
+    current_platform.manual_seed_all(0)
+    current_platform.set_device(torch.device("cpu"))
+    klass = type(worker)
+    return {
+        **process_report(),
+        "worker_class": f"{klass.__module__}.{klass.__qualname__}",
+        "amx_permitted": getattr(worker, "amx_permitted", None),
+        "omp_threads": torch.get_num_threads(),
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "triton_overrides": sorted(dispatcher._registry),
+        "threads_bind_env": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+    }
+
+
+def start_op_profile() -> None:
+    """Start counting the operators this process runs (torch profiler)."""
+    profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    profile.__enter__()
+    _op_profile.append(profile)
+
+
+def stop_op_profile() -> dict[str, int]:
+    """Stop counting; return operator name -> number of calls."""
+    profile = _op_profile.pop()
+    profile.__exit__(None, None, None)
+    counts: Counter[str] = Counter()
+    for event in profile.key_averages():
+        counts[event.key] += event.count
+    return dict(counts)

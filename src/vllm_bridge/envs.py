@@ -1,0 +1,78 @@
+"""Every ``VLLM_BRIDGE_*`` environment variable: name, type, default, doc.
+
+Standard library only: the interpreter-start stage reads this module too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from vllm_bridge.errors import BridgeConfigError
+
+T = TypeVar("T")
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def parse_bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    allowed = "/".join(_TRUE + _FALSE)
+    raise ValueError(f"expected a boolean ({allowed})")
+
+
+def parse_name_list(raw: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+@dataclass(frozen=True)
+class EnvVar(Generic[T]):
+    name: str
+    parse: Callable[[str], T]
+    default: T
+    doc: str
+
+    def is_set(self) -> bool:
+        return os.environ.get(self.name, "").strip() != ""
+
+    def get(self) -> T:
+        raw = os.environ.get(self.name, "")
+        if raw.strip() == "":
+            return self.default
+        try:
+            return self.parse(raw)
+        except ValueError as exc:
+            raise BridgeConfigError(
+                f"{self.name}={raw!r} is invalid: {exc}. "
+                f"Fix or unset {self.name} ({self.doc})"
+            ) from None
+
+
+DISABLE = EnvVar(
+    "VLLM_BRIDGE_DISABLE",
+    parse_bool,
+    False,
+    "true turns the plugin off: vLLM uses its built-in CPU platform",
+)
+DISABLE_PATCHES = EnvVar(
+    "VLLM_BRIDGE_DISABLE_PATCHES",
+    parse_name_list,
+    (),
+    "comma-separated patch names to leave unapplied, or 'all'",
+)
+STRICT = EnvVar(
+    "VLLM_BRIDGE_STRICT",
+    parse_bool,
+    False,
+    "true refuses to start when a rule would override an explicit user "
+    "setting or a patch no longer matches the installed vLLM",
+)
+
+ALL: tuple[EnvVar[object], ...] = (DISABLE, DISABLE_PATCHES, STRICT)  # type: ignore[assignment]

@@ -1,0 +1,30 @@
+"""SiLU-and-mul through vLLM's C++ CPU kernel.
+
+vLLM's ``SiluAndMul.forward_cpu`` returns the native form on x86; this
+out-of-tree replacement calls ``torch.ops._C.silu_and_mul`` there instead.
+``CustomOp.register_oot`` names the op after the class, so custom_ops
+switches for it are spelled ``+SiluAndMul`` / ``-SiluAndMul``.
+"""
+
+from __future__ import annotations
+
+import torch
+from vllm.model_executor.custom_op import CustomOp, op_registry_oot
+from vllm.model_executor.layers.activation import SiluAndMul
+
+OP_NAME = "SiluAndMul"
+
+
+class BridgeSiluAndMul(SiluAndMul):
+    def forward_cpu(self, x: torch.Tensor) -> torch.Tensor:
+        if not x.is_contiguous():
+            return self.forward_native(x)
+        half = x.shape[-1] // 2
+        out = torch.empty((*x.shape[:-1], half), dtype=x.dtype, device=x.device)
+        torch.ops._C.silu_and_mul(out, x)
+        return out
+
+
+def register() -> None:
+    if op_registry_oot.get(OP_NAME) is not BridgeSiluAndMul:
+        CustomOp.register_oot(BridgeSiluAndMul, name=OP_NAME)

@@ -1,0 +1,44 @@
+"""BridgePlatform: vLLM's CPU platform, selected out of tree, with the CPU
+defaults and patches of vllm-bridge.
+
+Why a ``CpuPlatform`` subclass that keeps ``PlatformEnum.CPU``: vLLM 0.32
+branches on ``current_platform.is_cpu()`` and on ``PlatformEnum.CPU`` in
+about a hundred places (oneDNN GEMMs, C++ custom ops, the sampler, OpenMP
+thread binding, kernel tables). A prototype with ``PlatformEnum.OOT`` missed
+them all and ran at 0.37x the built-in platform; see docs/design.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vllm.platforms.cpu import CpuPlatform
+
+from vllm_bridge.config.rules import reconcile
+from vllm_bridge.patching.registry import REGISTRY
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.config.kernel import IrOpPriorityConfig
+
+
+class BridgePlatform(CpuPlatform):
+    @classmethod
+    def pre_register_and_update(cls, parser: object | None = None) -> None:
+        REGISTRY.apply("startup")
+        REGISTRY.apply("platform")
+
+    @classmethod
+    def check_and_update_config(cls, vllm_config: VllmConfig) -> None:
+        reconcile(vllm_config, builtin=super().check_and_update_config)
+
+    @classmethod
+    def import_ir_kernels(cls) -> None:
+        super().import_ir_kernels()
+        import vllm_bridge.ops.ir_kernels  # noqa: F401  (registers providers)
+
+    @classmethod
+    def get_default_ir_op_priority(cls, vllm_config: VllmConfig) -> IrOpPriorityConfig:
+        from vllm_bridge.ops.ir_kernels import default_priority
+
+        return default_priority(vllm_config)

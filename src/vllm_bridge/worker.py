@@ -1,0 +1,38 @@
+"""The worker class vllm-bridge selects: vLLM's CPU worker, with the
+process-level setup it lacks done before anything runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm.v1.worker.cpu_worker import CPUWorker
+
+from vllm_bridge import diagnostics
+from vllm_bridge.device.cpu import request_amx_permission
+from vllm_bridge.log import get_logger
+from vllm_bridge.ops import register_custom_ops
+from vllm_bridge.patching.registry import REGISTRY
+
+logger = get_logger("worker")
+
+
+class BridgeWorker(CPUWorker):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.amx_permitted = request_amx_permission()
+        REGISTRY.apply("worker")
+        register_custom_ops()
+        super().__init__(*args, **kwargs)
+        logger.info(
+            "vllm-bridge worker ready (AMX tile permission: %s).", self.amx_permitted
+        )
+
+    # Reachable with LLM.collective_rpc("<name>"), without enabling vLLM's
+    # insecure pickle serialisation for callables.
+    def bridge_report(self) -> dict[str, Any]:
+        return diagnostics.worker_report(self)
+
+    def bridge_start_op_profile(self) -> None:
+        diagnostics.start_op_profile()
+
+    def bridge_stop_op_profile(self) -> dict[str, int]:
+        return diagnostics.stop_op_profile()

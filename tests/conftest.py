@@ -1,0 +1,66 @@
+"""Shared fixtures: the tiny model (built by the repo, no hub) and the
+Hugging Face reference tokens it is checked against."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from vllm_bridge.model_builder import build_model
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = REPO / ".cache" / "models"
+VENV_BIN = Path(sys.executable).parent
+
+PROMPTS = [
+    "Hello world",
+    "The cat sat on the mat because",
+    "In 1984 the committee decided",
+    "Numbers: 1, 2, 3, 4,",
+    "Once upon a time there was a small",
+    "The quick brown fox",
+    "Why is the sky blue? Because",
+    "A list of things to do today:",
+]
+MAX_TOKENS = 32
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    return build_model("tiny", MODELS / "tiny-float32", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def hf_greedy(tiny_model: Path) -> list[list[int]]:
+    """Greedy tokens from Hugging Face transformers on the same float32
+    weights: the independent reference for the engine's output."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    tokens = []
+    with torch.no_grad():
+        for prompt in PROMPTS:
+            ids = tokenizer(prompt, return_tensors="pt").input_ids
+            out = model.generate(
+                ids,
+                max_new_tokens=MAX_TOKENS,
+                min_new_tokens=MAX_TOKENS,
+                do_sample=False,
+            )
+            tokens.append(out[0, ids.shape[1] :].tolist())
+    return tokens
+
+
+@pytest.fixture
+def restore_environ():
+    """Config rules set environment variables meant for worker processes;
+    undo them after each test."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)

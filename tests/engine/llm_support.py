@@ -1,0 +1,42 @@
+"""Starting and stopping a real engine once per test module."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from vllm import LLM, SamplingParams
+
+from tests.conftest import MAX_TOKENS, PROMPTS
+
+
+def greedy(llm: LLM) -> list[list[int]]:
+    # min_tokens mirrors min_new_tokens on the Hugging Face side: both keep
+    # EOS from ending a sequence early, so all 8 x 32 tokens are compared.
+    params = SamplingParams(
+        temperature=0.0, max_tokens=MAX_TOKENS, min_tokens=MAX_TOKENS
+    )
+    outputs = llm.generate(PROMPTS, params, use_tqdm=False)
+    return [list(output.outputs[0].token_ids) for output in outputs]
+
+
+@contextmanager
+def running_llm(model: Path, **kwargs: Any) -> Iterator[LLM]:
+    llm = LLM(model=str(model), **kwargs)
+    try:
+        yield llm
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+
+
+def kernel_calls(llm: LLM) -> dict[str, int]:
+    """Operators the worker ran while generating (names -> call counts)."""
+    llm.collective_rpc("bridge_start_op_profile")
+    greedy(llm)
+    (calls,) = llm.collective_rpc("bridge_stop_op_profile")
+    return calls

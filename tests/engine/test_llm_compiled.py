@@ -1,0 +1,76 @@
+"""LLM(model=tiny) with defaults only: multiprocess, compiled."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from vllm import LLM
+
+from tests.engine.llm_support import greedy, kernel_calls, running_llm
+from vllm_bridge.config import audit
+from vllm_bridge.device.cpu import isa
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_model: Path) -> Iterator[LLM]:
+    # dtype: vLLM on the CPU runs float32 checkpoints in bfloat16 unless told;
+    # the reference is float32.
+    with running_llm(tiny_model, dtype="float32") as engine:
+        yield engine
+
+
+def test_greedy_tokens_match_transformers(llm: LLM, hf_greedy: list[list[int]]):
+    assert greedy(llm) == hf_greedy
+
+
+def test_compiled_mode_is_the_cpu_one(llm: LLM):
+    from vllm.config import CompilationMode
+
+    compilation = llm.llm_engine.vllm_config.compilation_config
+    assert compilation.mode == CompilationMode.DYNAMO_TRACE_ONCE
+    assert compilation.backend == "inductor"
+
+
+def test_worker_runs_bridge_platform_and_worker(llm: LLM):
+    (report,) = llm.collective_rpc("bridge_report")
+    assert report["platform"] == "vllm_bridge.platform.BridgePlatform"
+    assert report["worker_class"] == "vllm_bridge.worker.BridgeWorker"
+    assert report["is_cpu"] is True
+    assert report["pin_memory"] is False
+    assert report["amx_permitted"] is isa().amx_tile
+    # the C++ fallback for the Triton kernel of the first step
+    assert (
+        "vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel"
+        in (report["triton_overrides"])
+    )
+
+
+def test_executor_is_multiprocess(llm: LLM):
+    parallel = llm.llm_engine.vllm_config.parallel_config
+    assert parallel.distributed_executor_backend == "mp"
+
+
+def test_main_process_recorded_the_cpu_defaults(llm: LLM):
+    options = {change.option for change in audit.records()}
+    assert {
+        "parallel_config.worker_cls",
+        "cache_config.kv_cache_memory_bytes",
+    } <= options
+
+
+def test_hot_paths_run_vllm_cpu_kernels(llm: LLM):
+    calls = kernel_calls(llm)
+    for kernel in (
+        "_C::onednn_mm",  # GEMMs
+        "_C::cpu_attention_with_kv_cache",
+        "_C::cpu_attn_reshape_and_cache",
+        "_C::greedy_argmax",  # the CPU sampler path
+        "_C::compute_slot_mapping_kernel_impl",  # Triton fallback
+    ):
+        assert calls.get(kernel, 0) > 0, kernel
+    # norms, rotary and SiLU-and-mul are fused by inductor into the graph
+    assert calls.get("## Call CompiledFxGraph None ##", 0) > 0

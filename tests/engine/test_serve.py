@@ -1,0 +1,100 @@
+"""The real `vllm` executable serving the tiny model with the plugin and no
+other flags, queried with the official openai client."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.conftest import VENV_BIN
+from tests.engine.server_support import Server, start_server
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def server(
+    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    running = start_server(tiny_model, tmp_path_factory.mktemp("serve") / "serve.log")
+    yield running
+    running.stop(signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def client(server: Server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused")
+
+
+def test_vllm_version_command():
+    proc = subprocess.run(
+        [str(VENV_BIN / "vllm"), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "0.32.0+cpu"
+
+
+def test_completion(client: openai.OpenAI, tiny_model: Path):
+    reply = client.completions.create(
+        model=str(tiny_model), prompt="Hello world", max_tokens=8, temperature=0
+    )
+    assert reply.usage.completion_tokens == 8
+    assert reply.choices[0].text
+
+
+def test_chat_completion(client: openai.OpenAI, tiny_model: Path):
+    reply = client.chat.completions.create(
+        model=str(tiny_model),
+        messages=[{"role": "user", "content": "Say something."}],
+        max_tokens=8,
+        temperature=0,
+    )
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.usage.completion_tokens > 0
+
+
+def test_streamed_completion(client: openai.OpenAI, tiny_model: Path):
+    stream = client.completions.create(
+        model=str(tiny_model),
+        prompt="The cat",
+        max_tokens=8,
+        temperature=0,
+        stream=True,
+    )
+    pieces = [chunk.choices[0].text for chunk in stream if chunk.choices]
+    assert len(pieces) >= 2
+    assert "".join(pieces)
+
+
+def test_bridge_is_the_platform_in_every_process(server: Server):
+    log = server.log()
+    # Each process writes with vLLM's process prefix.
+    assert re.search(r"\(APIServer pid=\d+\).*vllm-bridge reconciled the config", log)
+    assert re.search(r"\(EngineCore pid=\d+\).*vllm-bridge reconciled the config", log)
+    assert re.search(r"\((Vllm)?Worker(-\d+)? pid=\d+\).*vllm-bridge worker ready", log)
+
+
+def test_sigint_shuts_down_cleanly(server: Server):
+    code = server.stop(signal.SIGINT)
+    log = server.log()
+    assert code == 0, log[-3000:]
+    assert "Traceback" not in log
+    assert "ERROR" not in log
+
+
+def test_sigterm_shuts_down_cleanly(tiny_model: Path, tmp_path: Path):
+    server = start_server(tiny_model, tmp_path / "serve.log")
+    code = server.stop(signal.SIGTERM)
+    log = server.log()
+    assert code == 0, log[-3000:]
+    assert "Traceback" not in log
+    assert "ERROR" not in log

@@ -1,0 +1,25 @@
+"""Run LLM(model) in one process (VLLM_ENABLE_V1_MULTIPROCESSING=0 set by
+the caller) and print its greedy tokens and the worker's report as JSON.
+
+A separate process: an in-process engine initialises torch.distributed in
+the process that runs it, which would outlive the test module.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from tests.engine.llm_support import greedy, running_llm
+
+if __name__ == "__main__":
+    with running_llm(sys.argv[1], dtype="float32") as llm:
+        tokens = greedy(llm)
+        (report,) = llm.collective_rpc("bridge_report")
+        executor = (
+            llm.llm_engine.vllm_config.parallel_config.distributed_executor_backend
+        )
+    print(
+        "RESULT "
+        + json.dumps({"tokens": tokens, "report": report, "executor": executor})
+    )

@@ -1,0 +1,57 @@
+"""Which platform vLLM resolves, decided by the real entry-point machinery in
+a fresh interpreter each time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+RESOLVE = (
+    "from vllm.platforms import current_platform as p; "
+    "print('PLATFORM', type(p).__module__ + '.' + type(p).__qualname__)"
+)
+
+
+def resolve(env: dict[str, str] | None = None, prelude: str = "") -> tuple[str, str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", prelude + RESOLVE],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("PLATFORM ")]
+    return line.removeprefix("PLATFORM "), proc.stderr
+
+
+def test_active_by_default():
+    platform, _ = resolve()
+    assert platform == "vllm_bridge.platform.BridgePlatform"
+
+
+@pytest.mark.parametrize("value", ["1", "true", "YES"])
+def test_disable_gives_builtin_cpu_platform(value: str):
+    platform, _ = resolve({"VLLM_BRIDGE_DISABLE": value})
+    assert platform == "vllm.platforms.cpu.CpuPlatform"
+
+
+def test_bad_disable_value_is_reported_loudly():
+    platform, stderr = resolve({"VLLM_BRIDGE_DISABLE": "maybe"})
+    assert platform == "vllm.platforms.cpu.CpuPlatform"
+    assert "vllm-bridge could not activate" in stderr
+    assert "VLLM_BRIDGE_DISABLE='maybe' is invalid" in stderr
+
+
+def test_platform_import_failure_is_reported_loudly():
+    # A real failed import of the platform module (as a broken install
+    # would give), not a mocked one.
+    platform, stderr = resolve(
+        prelude="import sys; sys.modules['vllm_bridge.platform'] = None; "
+    )
+    assert platform == "vllm.platforms.cpu.CpuPlatform"
+    assert "vllm-bridge could not activate: ModuleNotFoundError" in stderr
+    assert "vllm_bridge.platform" in stderr

@@ -1,0 +1,66 @@
+"""The platform-stage patch that stops AsyncLLM's output handler before the
+engine core on an aborting shutdown.
+
+The race it removes (the handler seeing the engine core die) shows only
+sometimes with a real server (tests/engine/test_serve.py covers the real
+SIGINT/SIGTERM path); this test makes the ordering deterministic with a
+real AsyncLLM.shutdown, a real output-handler task on its own event loop,
+and a stand-in engine core that records what it saw: a real engine core
+cannot be told to die at a chosen instant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import pytest
+from vllm.v1.engine.async_llm import AsyncLLM
+
+from vllm_bridge.patches.async_llm_quiet_shutdown import PATCH
+from vllm_bridge.patching.registry import REGISTRY
+
+
+class RecordingEngineCore:
+    def __init__(self, handler: asyncio.Task) -> None:
+        self.handler = handler
+        self.handler_done_at_shutdown: bool | None = None
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        self.handler_done_at_shutdown = self.handler.done()
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=5)
+    loop.close()
+
+
+def shutdown_with_handler(loop: asyncio.AbstractEventLoop) -> RecordingEngineCore:
+    async def start_handler() -> asyncio.Task:
+        return asyncio.create_task(asyncio.sleep(3600))
+
+    handler = asyncio.run_coroutine_threadsafe(start_handler(), loop).result(5)
+    engine = object.__new__(AsyncLLM)
+    engine.output_handler = handler
+    engine.engine_core = RecordingEngineCore(handler)
+    AsyncLLM.shutdown(engine, timeout=0)
+    return engine.engine_core
+
+
+def test_handler_is_stopped_before_the_engine_core(loop):
+    REGISTRY.apply("platform")
+    assert REGISTRY.records()[PATCH.name].status == "applied"
+    assert shutdown_with_handler(loop).handler_done_at_shutdown is True
+
+
+def test_without_the_patch_the_engine_core_stops_first(loop):
+    REGISTRY.apply("platform")
+    with REGISTRY.reverted(PATCH.name):
+        assert shutdown_with_handler(loop).handler_done_at_shutdown is False

@@ -1,0 +1,39 @@
+"""`vllm-bridge patches` through the installed command."""
+
+from __future__ import annotations
+
+import subprocess
+
+from tests.conftest import REPO, VENV_BIN
+from vllm_bridge.patching import docs
+from vllm_bridge.patching.registry import REGISTRY
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(VENV_BIN / "vllm-bridge"), "patches", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+
+
+def test_committed_patch_docs_are_current():
+    committed = (REPO / "docs" / "patches.md").read_text()
+    assert committed == docs.render(REGISTRY), (
+        "docs/patches.md is stale: run `vllm-bridge patches --docs docs/patches.md`"
+    )
+
+
+def test_every_patch_is_documented():
+    rendered = docs.render(REGISTRY)
+    for patch in REGISTRY.patches():
+        assert f"### `{patch.name}`" in rendered
+
+
+def test_check_passes_on_the_pinned_vllm():
+    proc = run_cli("--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for patch in REGISTRY.patches():
+        assert patch.name in proc.stdout

@@ -1,0 +1,153 @@
+"""The CPU default rules on real VllmConfig objects built by EngineArgs (the
+same path `vllm serve` and `LLM` take)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from vllm.engine.arg_utils import EngineArgs
+
+from vllm_bridge.config import rules
+from vllm_bridge.device import cpu
+from vllm_bridge.errors import BridgeConfigError
+from vllm_bridge.platform import BridgePlatform
+
+pytestmark = pytest.mark.usefixtures("restore_environ")
+
+
+@pytest.fixture(autouse=True)
+def no_user_cpu_env(monkeypatch: pytest.MonkeyPatch):
+    for name in (rules.THREADS_BIND_ENV, "OMP_NUM_THREADS", rules.KVCACHE_SPACE_ENV):
+        monkeypatch.delenv(name, raising=False)
+
+
+def build(model: Path, **kwargs):
+    return EngineArgs(model=str(model), **kwargs).create_engine_config()
+
+
+def changes_of(config) -> dict[str, rules.Change]:
+    """Run the rules again on a copy of a config built without them."""
+    return {c.option: c for c in rules.reconcile(config, builtin=lambda _: None)}
+
+
+def test_defaults_fill_worker_memory_and_threads(tiny_model: Path):
+    config = build(tiny_model)
+    assert config.parallel_config.worker_cls == rules.WORKER_CLASS
+    assert config.cache_config.kv_cache_memory_bytes is not None
+    cores = cpu.physical_cores(cpu.allowed_cpus())
+    if len(cores) <= rules.SMALL_MACHINE_CORES:
+        assert os.environ[rules.THREADS_BIND_ENV] == rules._id_ranges(cores)
+
+
+def test_second_pass_changes_nothing(tiny_model: Path):
+    """The engine-core process re-runs check_and_update_config on the
+    updated config: nothing may change nor be reported again."""
+    config = build(tiny_model)
+    before = (
+        config.parallel_config.worker_cls,
+        config.cache_config.kv_cache_memory_bytes,
+        os.environ.get(rules.THREADS_BIND_ENV),
+    )
+    assert changes_of(config) == {}
+    BridgePlatform.check_and_update_config(config)
+    after = (
+        config.parallel_config.worker_cls,
+        config.cache_config.kv_cache_memory_bytes,
+        os.environ.get(rules.THREADS_BIND_ENV),
+    )
+    assert after == before
+
+
+def test_worker_class_rule_records_reason(tiny_model: Path):
+    config = build(tiny_model)
+    config.parallel_config.worker_cls = "auto"
+    change = changes_of(config)["parallel_config.worker_cls"]
+    assert change.applied == rules.WORKER_CLASS
+    assert "AMX" in change.reason
+
+
+def test_explicit_worker_class_is_kept(tiny_model: Path):
+    config = build(tiny_model, worker_cls="vllm.v1.worker.cpu_worker.CPUWorker")
+    assert config.parallel_config.worker_cls == "vllm.v1.worker.cpu_worker.CPUWorker"
+
+
+def test_kv_budget_reason_names_the_memory(tiny_model: Path):
+    config = build(tiny_model)
+    config.cache_config.kv_cache_memory_bytes = None
+    change = changes_of(config)["cache_config.kv_cache_memory_bytes"]
+    assert change.applied == config.cache_config.kv_cache_memory_bytes
+    assert "gpu_memory_utilization=0.92" in change.reason
+    assert "GiB" in change.reason
+
+
+def test_kv_budget_is_enough_for_the_configured_sequences(tiny_model: Path):
+    config = build(tiny_model)
+    per_token = rules._kv_bytes_per_token(config)
+    assert per_token is not None
+    one_sequence = per_token * config.model_config.max_model_len
+    assert config.cache_config.kv_cache_memory_bytes >= one_sequence
+
+
+def test_explicit_memory_fraction_is_kept(tiny_model: Path):
+    config = build(tiny_model, gpu_memory_utilization=0.3)
+    assert config.cache_config.gpu_memory_utilization == 0.3
+    assert config.cache_config.kv_cache_memory_bytes is None
+
+
+def test_explicit_kv_cache_bytes_are_kept(tiny_model: Path):
+    config = build(tiny_model, kv_cache_memory_bytes=123 * 2**20)
+    assert config.cache_config.kv_cache_memory_bytes == 123 * 2**20
+
+
+def test_vllm_cpu_kvcache_space_is_kept(tiny_model: Path, monkeypatch):
+    monkeypatch.setenv(rules.KVCACHE_SPACE_ENV, "1")
+    config = build(tiny_model)
+    assert config.cache_config.kv_cache_memory_bytes == 2**30
+
+
+def test_not_enough_memory_names_the_fix(tiny_model: Path, monkeypatch):
+    # Mocked: this machine cannot be made to run out of memory on demand.
+    monkeypatch.setattr(cpu, "available_memory_bytes", lambda: 2**20)
+    with pytest.raises(
+        BridgeConfigError, match=r"max_model_len.*--kv-cache-memory-bytes"
+    ):
+        build(tiny_model)
+
+
+def test_explicit_thread_binding_is_kept(tiny_model: Path, monkeypatch):
+    monkeypatch.setenv(rules.THREADS_BIND_ENV, "0")
+    build(tiny_model)
+    assert os.environ[rules.THREADS_BIND_ENV] == "0"
+
+
+def test_omp_num_threads_leaves_binding_to_vllm(tiny_model: Path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    build(tiny_model)
+    assert rules.THREADS_BIND_ENV not in os.environ
+
+
+def test_thread_binding_change_names_the_cores(tiny_model: Path):
+    config = build(tiny_model)
+    del os.environ[rules.THREADS_BIND_ENV]
+    change = changes_of(config).get(f"env.{rules.THREADS_BIND_ENV}")
+    cores = cpu.physical_cores(cpu.allowed_cpus())
+    if len(cores) > rules.SMALL_MACHINE_CORES:
+        assert change is None
+    else:
+        assert change is not None and change.applied == rules._id_ranges(cores)
+        assert "engine-core" in change.reason
+
+
+@pytest.mark.parametrize(
+    ("ids", "text"),
+    [
+        ([0], "0"),
+        ([0, 1], "0-1"),
+        ([0, 2, 3, 4, 7], "0,2-4,7"),
+        ([5, 6, 9, 10], "5-6,9-10"),
+    ],
+)
+def test_core_id_ranges(ids: list[int], text: str):
+    assert rules._id_ranges(ids) == text
