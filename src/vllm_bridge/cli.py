@@ -48,7 +48,10 @@ def patches(
         console.print(f"wrote {docs_path}")
         return
     disabled = REGISTRY.disabled_names()
-    table = Table("name", "stage", "target", "status", "detail")
+    table = Table()
+    table.add_column("name", no_wrap=True)
+    for column in ("stage", "target", "status", "detail"):
+        table.add_column(column, overflow="fold")
     failed = False
     for patch in REGISTRY.patches():
         problems = REGISTRY.problems(patch)

@@ -83,6 +83,48 @@ def test_bridge_is_the_platform_in_every_process(server: Server):
     assert re.search(r"\((Vllm)?Worker(-\d+)? pid=\d+\).*vllm-bridge worker ready", log)
 
 
+def test_platform_stage_patches_reach_the_engine_core(server: Server):
+    from vllm_bridge.patching.registry import REGISTRY
+
+    names = ", ".join(p.name for p in REGISTRY.patches("platform"))
+    assert re.search(
+        r"\(EngineCore pid=\d+\).*applied platform-stage patches in process "
+        rf"\d+: {re.escape(names)}",
+        server.log(),
+    )
+
+
+def test_vllm_bench_serve_client(server: Server, tiny_model: Path):
+    """The benchmark client is a `vllm` process that loads platform plugins
+    too."""
+    proc = subprocess.run(
+        [
+            str(VENV_BIN / "vllm"),
+            "bench",
+            "serve",
+            "--backend",
+            "openai",
+            "--base-url",
+            server.base_url,
+            "--model",
+            str(tiny_model),
+            "--dataset-name",
+            "random",
+            "--num-prompts",
+            "4",
+            "--random-input-len",
+            "16",
+            "--random-output-len",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"Successful requests:\s+4", proc.stdout), proc.stdout[-3000:]
+
+
 def test_sigint_shuts_down_cleanly(server: Server):
     code = server.stop(signal.SIGINT)
     log = server.log()

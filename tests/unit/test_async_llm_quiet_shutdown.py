@@ -28,7 +28,9 @@ class RecordingEngineCore:
         self.handler_done_at_shutdown: bool | None = None
 
     def shutdown(self, timeout: float | None = None) -> None:
-        self.handler_done_at_shutdown = self.handler.done()
+        # Only the first call counts: AsyncLLM.__del__ shuts down again.
+        if self.handler_done_at_shutdown is None:
+            self.handler_done_at_shutdown = self.handler.done()
 
 
 @pytest.fixture

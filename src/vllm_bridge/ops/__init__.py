@@ -10,11 +10,16 @@ from __future__ import annotations
 
 from functools import cache
 
-from vllm_bridge.ops import activation
+# vLLM's C++ CPU kernels process the last dimension in whole SIMD vectors and
+# raise ("Expected d % VEC_ELEM_NUM == 0") otherwise; 8 elements on AVX-512
+# here. A multiple of 32 covers every vector width vLLM builds for.
+KERNEL_WIDTH_MULTIPLE = 32
 
 
 @cache
 def register_custom_ops() -> None:
     """Register the out-of-tree custom ops, once per process, before the
     model is built (CustomOp instantiation looks them up)."""
+    from vllm_bridge.ops import activation
+
     activation.register()

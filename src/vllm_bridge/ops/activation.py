@@ -12,14 +12,16 @@ import torch
 from vllm.model_executor.custom_op import CustomOp, op_registry_oot
 from vllm.model_executor.layers.activation import SiluAndMul
 
+from vllm_bridge.ops import KERNEL_WIDTH_MULTIPLE
+
 OP_NAME = "SiluAndMul"
 
 
 class BridgeSiluAndMul(SiluAndMul):
     def forward_cpu(self, x: torch.Tensor) -> torch.Tensor:
-        if not x.is_contiguous():
-            return self.forward_native(x)
         half = x.shape[-1] // 2
+        if not x.is_contiguous() or half % KERNEL_WIDTH_MULTIPLE:
+            return self.forward_native(x)
         out = torch.empty((*x.shape[:-1], half), dtype=x.dtype, device=x.device)
         torch.ops._C.silu_and_mul(out, x)
         return out

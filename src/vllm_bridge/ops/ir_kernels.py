@@ -13,6 +13,8 @@ import torch
 from torch import Tensor
 from vllm import ir
 
+from vllm_bridge.ops import KERNEL_WIDTH_MULTIPLE
+
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.config.kernel import IrOpPriorityConfig
@@ -28,6 +30,7 @@ def _kernel_handles(
         and weight is not None
         and weight.dtype == x.dtype
         and x.is_contiguous()
+        and x.shape[-1] % KERNEL_WIDTH_MULTIPLE == 0
     )
 
 

@@ -151,6 +151,7 @@ class Registry:
         """Apply the stage's patches in declaration order; idempotent."""
         disabled = self.disabled_names()
         strict = envs.STRICT.get()
+        newly_applied: list[str] = []
         for patch in self.patches(stage):
             if patch.name in self._records and self._records[patch.name].status in (
                 "applied",
@@ -179,6 +180,14 @@ class Registry:
                 logger.warning("Patch %s drifted: %s", patch.name, problem)
             self._apply_one(patch)
             self._record(patch, "applied", "; ".join(problems) or "ok")
+            newly_applied.append(patch.name)
+        if newly_applied:
+            logger.info(
+                "vllm-bridge applied %s-stage patches in process %d: %s",
+                stage,
+                os.getpid(),
+                ", ".join(newly_applied),
+            )
         return [r for r in self._records.values() if r.stage == stage]
 
     def _apply_one(self, patch: Patch) -> None:
