@@ -266,3 +266,19 @@ def test_reverted_context_reapplies(target):
 
 def test_installed_vllm_version_is_the_pinned_one():
     assert str(registry_module.installed_vllm_version()) == "0.32.0"
+
+
+def test_applied_patch_of_inherited_method_is_not_drift(target):
+    registry = Registry()
+    patch = registry.register(
+        make(
+            "p",
+            "Gadget.area",
+            kind="wrap",
+            new=lambda orig: lambda self: orig(self) + 1,
+            fingerprint=source_fingerprint(_Widget.area),
+        )
+    )
+    registry.apply("platform")
+    assert target.Gadget().area() == 2
+    assert registry.problems(patch) == []

@@ -19,7 +19,13 @@ pytestmark = pytest.mark.usefixtures("restore_environ")
 
 @pytest.fixture(autouse=True)
 def no_user_cpu_env(monkeypatch: pytest.MonkeyPatch):
-    for name in (rules.THREADS_BIND_ENV, "OMP_NUM_THREADS", rules.KVCACHE_SPACE_ENV):
+    for name in (
+        rules.THREADS_BIND_ENV,
+        "OMP_NUM_THREADS",
+        rules.KVCACHE_SPACE_ENV,
+        rules.SPINCOUNT_ENV,
+        "OMP_WAIT_POLICY",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -138,6 +144,46 @@ def test_thread_binding_change_names_the_cores(tiny_model: Path):
     else:
         assert change is not None and change.applied == rules._id_ranges(cores)
         assert "engine-core" in change.reason
+
+
+def _binds_all_cores() -> bool:
+    return len(cpu.physical_cores(cpu.allowed_cpus())) <= rules.SMALL_MACHINE_CORES
+
+
+def test_all_core_binding_makes_idle_threads_yield(tiny_model: Path):
+    build(tiny_model)
+    if _binds_all_cores():
+        assert os.environ[rules.SPINCOUNT_ENV] == str(rules.OMP_SPINCOUNT)
+    else:
+        assert rules.SPINCOUNT_ENV not in os.environ
+
+
+def test_spin_wait_change_records_reason(tiny_model: Path, monkeypatch):
+    cores = cpu.physical_cores(cpu.allowed_cpus())
+    monkeypatch.setenv(rules.THREADS_BIND_ENV, rules._id_ranges(cores))
+    config = build(tiny_model)
+    del os.environ[rules.SPINCOUNT_ENV]
+    change = changes_of(config)[f"env.{rules.SPINCOUNT_ENV}"]
+    assert change.applied == str(rules.OMP_SPINCOUNT)
+    assert "yield" in change.reason
+
+
+@pytest.mark.parametrize(
+    "env", [{rules.SPINCOUNT_ENV: "5"}, {"OMP_WAIT_POLICY": "ACTIVE"}]
+)
+def test_explicit_openmp_wait_settings_are_kept(tiny_model: Path, monkeypatch, env):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    build(tiny_model)
+    assert os.environ.get(rules.SPINCOUNT_ENV) == env.get(rules.SPINCOUNT_ENV)
+
+
+def test_partial_binding_leaves_spin_wait_alone(tiny_model: Path, monkeypatch):
+    cores = cpu.physical_cores(cpu.allowed_cpus())
+    monkeypatch.setenv(rules.THREADS_BIND_ENV, str(cores[0]))
+    build(tiny_model)
+    if len(cores) > 1:
+        assert rules.SPINCOUNT_ENV not in os.environ
 
 
 @pytest.mark.parametrize(

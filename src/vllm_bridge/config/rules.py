@@ -37,6 +37,13 @@ KV_CACHE_SHARE = 0.5
 # engine-core process (vLLM's automatic binding) costs the worker a large
 # share of its compute while the engine core uses a few percent of a core.
 SMALL_MACHINE_CORES = 8
+SPINCOUNT_ENV = "GOMP_SPINCOUNT"
+# Busy-wait iterations of an idle OpenMP thread before it sleeps: enough to
+# bridge the gaps between the kernels of one forward pass, short enough to
+# hand the core back to the engine-core and API-server processes between
+# steps (libgomp's default spins for far longer). Measured on 2 cores, tiny
+# model, compiled: 5,467 tok/s at the default, 11,060-13,472 at 10,000.
+OMP_SPINCOUNT = 10_000
 MiB = 1 << 20
 
 logger = get_logger("config")
@@ -177,12 +184,34 @@ def thread_binding(vllm_config: VllmConfig) -> Change | None:
     )
 
 
+def omp_spin_wait(vllm_config: VllmConfig) -> Change | None:
+    if SPINCOUNT_ENV in os.environ or "OMP_WAIT_POLICY" in os.environ:
+        return None
+    bind = os.environ.get(THREADS_BIND_ENV, "auto")
+    if bind in ("auto", "nobind") or "|" in bind:
+        return None
+    from vllm.utils.cpu_resource_utils import parse_id_list
+
+    if set(parse_id_list(bind)) != set(cpu.physical_cores(cpu.allowed_cpus())):
+        return None  # some cores are left to the other processes
+    os.environ[SPINCOUNT_ENV] = str(OMP_SPINCOUNT)
+    return Change(
+        f"env.{SPINCOUNT_ENV}",
+        None,
+        str(OMP_SPINCOUNT),
+        "the worker's OpenMP threads share every core with the engine-core and "
+        "API-server processes: idle threads must yield their core quickly",
+        "omp_spin_wait",
+    )
+
+
 # Rules that must run before vLLM's built-in CPU defaults (which would fill
 # the same options with their own choice).
 BEFORE_BUILTIN = (Rule("worker_class", worker_class),)
 AFTER_BUILTIN = (
     Rule("kv_cache_budget", kv_cache_budget),
     Rule("thread_binding", thread_binding),
+    Rule("omp_spin_wait", omp_spin_wait),
 )
 
 

@@ -47,8 +47,10 @@ class _Original:
     owner: Any
     attribute: str
     value: Any
-    """The raw attribute (descriptor included), or ``_MISSING`` when the
-    owner only inherited it."""
+    """The owner's own raw attribute (descriptor included), restored by
+    revert; ``_MISSING`` when the owner only inherited it."""
+    replaced: Any
+    """What the patch replaced (possibly inherited): the fingerprinted code."""
 
 
 def installed_vllm_version() -> Version:
@@ -136,8 +138,8 @@ class Registry:
         except (ImportError, AttributeError) as exc:
             return [*found, f"target missing: {exc}"]
         original = self._originals.get(patch.name)
-        if original is not None and original.value is not _MISSING:
-            raw = original.value
+        if original is not None:
+            raw = original.replaced
         if patch.fingerprint is not None:
             actual = source_fingerprint(raw)
             if actual != patch.fingerprint:
@@ -197,7 +199,7 @@ class Registry:
         owner, attribute, raw = _resolve(patch)
         own = vars(owner).get(attribute, _MISSING) if isinstance(owner, type) else raw
         new = _wrap(raw, patch.new) if patch.kind == "wrap" else patch.new
-        self._originals[patch.name] = _Original(owner, attribute, own)
+        self._originals[patch.name] = _Original(owner, attribute, own, raw)
         setattr(owner, attribute, new)
 
     def revert(self, name: str) -> None:
