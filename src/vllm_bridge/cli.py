@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from vllm_bridge.errors import BridgeConfigError
 from vllm_bridge.patching import docs
 from vllm_bridge.patching.registry import REGISTRY
 
@@ -47,7 +48,11 @@ def patches(
         docs_path.write_text(docs.render(REGISTRY))
         console.print(f"wrote {docs_path}")
         return
-    disabled = REGISTRY.disabled_names()
+    try:
+        disabled = REGISTRY.disabled_names()
+    except BridgeConfigError as exc:
+        Console(stderr=True).print(f"error: {exc}", markup=False, highlight=False)
+        raise typer.Exit(2) from None
     table = Table()
     table.add_column("name", no_wrap=True)
     for column in ("stage", "target", "status", "detail"):

@@ -8,7 +8,7 @@ from typing import Any
 from vllm.v1.worker.cpu_worker import CPUWorker
 
 from vllm_bridge import diagnostics
-from vllm_bridge.device.cpu import request_amx_permission
+from vllm_bridge.device.cpu import amx_tile_permitted, request_amx_permission
 from vllm_bridge.log import get_logger
 from vllm_bridge.ops import register_custom_ops
 from vllm_bridge.patching.registry import REGISTRY
@@ -19,6 +19,8 @@ logger = get_logger("worker")
 class BridgeWorker(CPUWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.amx_permitted = request_amx_permission()
+        # What the kernel says, before any library could have asked for us.
+        self.amx_permitted_at_init = amx_tile_permitted()
         REGISTRY.apply("worker")
         register_custom_ops()
         super().__init__(*args, **kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 from tests.conftest import REPO, VENV_BIN
@@ -37,3 +38,18 @@ def test_check_passes_on_the_pinned_vllm():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for patch in REGISTRY.patches():
         assert patch.name in proc.stdout
+
+
+def test_unknown_patch_name_is_one_clear_error():
+    proc = subprocess.run(
+        [str(VENV_BIN / "vllm-bridge"), "patches"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "VLLM_BRIDGE_DISABLE_PATCHES": "no-such-patch"},
+    )
+    assert proc.returncode == 2
+    assert "VLLM_BRIDGE_DISABLE_PATCHES names unknown patch(es) no-such-patch" in (
+        proc.stderr
+    )
+    assert "Traceback" not in proc.stderr

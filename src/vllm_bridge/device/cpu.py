@@ -3,8 +3,10 @@ that kernels need (AMX tile permission)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
+import sys
 from dataclasses import dataclass
 from functools import cache
 
@@ -99,3 +101,23 @@ def request_amx_permission() -> bool:
     if not isa().amx_tile:
         return False
     return bool(torch.cpu._init_amx())
+
+
+_SYS_ARCH_PRCTL_X86_64 = 158
+_ARCH_GET_XCOMP_PERM = 0x1022
+_XFEATURE_XTILEDATA = 18
+
+
+def amx_tile_permitted() -> bool | None:
+    """Whether the kernel lets this process execute AMX instructions now
+    (``arch_prctl(ARCH_GET_XCOMP_PERM)``); None where that cannot be asked
+    (not x86-64 Linux)."""
+    if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    features = ctypes.c_uint64(0)
+    if libc.syscall(
+        _SYS_ARCH_PRCTL_X86_64, _ARCH_GET_XCOMP_PERM, ctypes.byref(features)
+    ):
+        return None
+    return bool(features.value & (1 << _XFEATURE_XTILEDATA))
