@@ -41,7 +41,7 @@ def worker_report(worker: Any) -> dict[str, Any]:
     return {
         **process_report(),
         "worker_class": f"{klass.__module__}.{klass.__qualname__}",
-        "amx_requested": getattr(worker, "amx_permitted", None),
+        "amx_requested": getattr(worker, "amx_requested", None),
         "amx_permitted_at_init": getattr(worker, "amx_permitted_at_init", None),
         "omp_threads": torch.get_num_threads(),
         "affinity": sorted(os.sched_getaffinity(0)),

@@ -18,14 +18,15 @@ logger = get_logger("worker")
 
 class BridgeWorker(CPUWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.amx_permitted = request_amx_permission()
-        # What the kernel says, before any library could have asked for us.
+        self.amx_requested = request_amx_permission()
+        # What the kernel reports after the request (logged, and read by tests).
         self.amx_permitted_at_init = amx_tile_permitted()
         REGISTRY.apply("worker")
         register_custom_ops()
         super().__init__(*args, **kwargs)
         logger.info(
-            "vllm-bridge worker ready (AMX tile permission: %s).", self.amx_permitted
+            "vllm-bridge worker ready (AMX tile permission: %s).",
+            self.amx_permitted_at_init,
         )
 
     # Reachable with LLM.collective_rpc("<name>"), without enabling vLLM's

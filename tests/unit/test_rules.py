@@ -29,6 +29,19 @@ def no_user_cpu_env(monkeypatch: pytest.MonkeyPatch):
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture(scope="module")
+def large_model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model's directory with 200 MB more weight on disk (a sparse
+    file: the rules read sizes only, and building a config loads no
+    weights), standing for a model large enough to be compute-bound."""
+    directory = tmp_path_factory.mktemp("large-model")
+    for item in tiny_model.iterdir():
+        (directory / item.name).symlink_to(item)
+    with (directory / "padding.pt").open("wb") as padding:
+        padding.truncate(200 * 2**20)
+    return directory
+
+
 def build(model: Path, **kwargs):
     return EngineArgs(model=str(model), **kwargs).create_engine_config()
 
@@ -38,8 +51,8 @@ def changes_of(config) -> dict[str, rules.Change]:
     return {c.option: c for c in rules.reconcile(config, builtin=lambda _: None)}
 
 
-def test_defaults_fill_worker_memory_and_threads(tiny_model: Path):
-    config = build(tiny_model)
+def test_defaults_fill_worker_memory_and_threads(large_model: Path):
+    config = build(large_model)
     assert config.parallel_config.worker_cls == rules.WORKER_CLASS
     assert config.cache_config.kv_cache_memory_bytes is not None
     cores = cpu.physical_cores(cpu.allowed_cpus())
@@ -47,10 +60,10 @@ def test_defaults_fill_worker_memory_and_threads(tiny_model: Path):
         assert os.environ[rules.THREADS_BIND_ENV] == rules._id_ranges(cores)
 
 
-def test_second_pass_changes_nothing(tiny_model: Path):
+def test_second_pass_changes_nothing(large_model: Path):
     """The engine-core process re-runs check_and_update_config on the
     updated config: nothing may change nor be reported again."""
-    config = build(tiny_model)
+    config = build(large_model)
     before = (
         config.parallel_config.worker_cls,
         config.cache_config.kv_cache_memory_bytes,
@@ -122,20 +135,26 @@ def test_not_enough_memory_names_the_fix(tiny_model: Path, monkeypatch):
         build(tiny_model)
 
 
-def test_explicit_thread_binding_is_kept(tiny_model: Path, monkeypatch):
-    monkeypatch.setenv(rules.THREADS_BIND_ENV, "0")
+def test_small_model_keeps_vllms_binding(tiny_model: Path):
     build(tiny_model)
+    assert rules.THREADS_BIND_ENV not in os.environ
+    assert rules.SPINCOUNT_ENV not in os.environ
+
+
+def test_explicit_thread_binding_is_kept(large_model: Path, monkeypatch):
+    monkeypatch.setenv(rules.THREADS_BIND_ENV, "0")
+    build(large_model)
     assert os.environ[rules.THREADS_BIND_ENV] == "0"
 
 
-def test_omp_num_threads_leaves_binding_to_vllm(tiny_model: Path, monkeypatch):
+def test_omp_num_threads_leaves_binding_to_vllm(large_model: Path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    build(tiny_model)
+    build(large_model)
     assert rules.THREADS_BIND_ENV not in os.environ
 
 
-def test_thread_binding_change_names_the_cores(tiny_model: Path):
-    config = build(tiny_model)
+def test_thread_binding_change_names_the_cores(large_model: Path):
+    config = build(large_model)
     del os.environ[rules.THREADS_BIND_ENV]
     change = changes_of(config).get(f"env.{rules.THREADS_BIND_ENV}")
     cores = cpu.physical_cores(cpu.allowed_cpus())
@@ -150,8 +169,8 @@ def _binds_all_cores() -> bool:
     return len(cpu.physical_cores(cpu.allowed_cpus())) <= rules.SMALL_MACHINE_CORES
 
 
-def test_all_core_binding_makes_idle_threads_yield(tiny_model: Path):
-    build(tiny_model)
+def test_all_core_binding_makes_idle_threads_yield(large_model: Path):
+    build(large_model)
     if _binds_all_cores():
         assert os.environ[rules.SPINCOUNT_ENV] == str(rules.OMP_SPINCOUNT)
     else:
@@ -171,10 +190,10 @@ def test_spin_wait_change_records_reason(tiny_model: Path, monkeypatch):
 @pytest.mark.parametrize(
     "env", [{rules.SPINCOUNT_ENV: "5"}, {"OMP_WAIT_POLICY": "ACTIVE"}]
 )
-def test_explicit_openmp_wait_settings_are_kept(tiny_model: Path, monkeypatch, env):
+def test_explicit_openmp_wait_settings_are_kept(large_model: Path, monkeypatch, env):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    build(tiny_model)
+    build(large_model)
     assert os.environ.get(rules.SPINCOUNT_ENV) == env.get(rules.SPINCOUNT_ENV)
 
 
