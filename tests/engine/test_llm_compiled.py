@@ -79,11 +79,13 @@ def test_hot_paths_run_vllm_cpu_kernels(llm: LLM):
     assert calls.get("## Call CompiledFxGraph None ##", 0) > 0
 
 
-def test_every_patch_is_applied_in_main_and_worker(llm: LLM):
+def test_every_patch_is_settled_in_main_and_worker(llm: LLM):
     from vllm_bridge.patching.registry import REGISTRY
 
     main_process = {name: r.status for name, r in REGISTRY.records().items()}
     (report,) = llm.collective_rpc("bridge_report")
+    # A patch whose target module a process never imports stays deferred.
     for patch in REGISTRY.patches():
-        assert main_process.get(patch.name) == "applied", patch.name
-        assert report["patches"].get(patch.name) == "applied", patch.name
+        assert main_process.get(patch.name) in ("applied", "deferred"), patch.name
+        assert report["patches"].get(patch.name) in ("applied", "deferred"), patch.name
+    assert main_process["vllm-cpu-metadata-alias"] == "applied"

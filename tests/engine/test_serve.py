@@ -86,10 +86,23 @@ def test_bridge_is_the_platform_in_every_process(server: Server):
 def test_platform_stage_patches_reach_the_engine_core(server: Server):
     from vllm_bridge.patching.registry import REGISTRY
 
-    names = ", ".join(p.name for p in REGISTRY.patches("platform"))
+    stage_line = re.search(
+        r"\(EngineCore pid=\d+\).*vllm-bridge platform stage in process \d+: "
+        r"applied \[(.*)\], deferred until their module is imported \[(.*)\]",
+        server.log(),
+    )
+    assert stage_line, server.log()[-3000:]
+    reached = ", ".join(stage_line.groups()).split(", ")
+    for patch in REGISTRY.patches("platform"):
+        assert patch.name in reached
+
+
+def test_api_server_applied_the_shutdown_patch(server: Server):
+    from vllm_bridge.patches.async_llm_quiet_shutdown import PATCH
+
     assert re.search(
-        r"\(EngineCore pid=\d+\).*applied platform-stage patches in process "
-        rf"\d+: {re.escape(names)}",
+        rf"\(APIServer pid=\d+\).*vllm-bridge (applied deferred patch {PATCH.name}"
+        rf"|platform stage in process \d+: applied \[[^]]*{PATCH.name})",
         server.log(),
     )
 

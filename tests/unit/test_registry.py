@@ -282,3 +282,20 @@ def test_applied_patch_of_inherited_method_is_not_drift(target):
     registry.apply("platform")
     assert target.Gadget().area() == 2
     assert registry.problems(patch) == []
+
+
+def test_patch_of_unimported_module_waits_for_its_import(tmp_path, monkeypatch):
+    name = "vllm_bridge_test_lazy_target"
+    (tmp_path / f"{name}.py").write_text("def greet(n):\n    return 'hello ' + n\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = Registry()
+    registry.register(make("lazy", "greet", target=f"{name}:greet"))
+    registry.apply("platform")
+    assert name not in sys.modules
+    assert registry.records()["lazy"].status == "deferred"
+    try:
+        module = __import__(name)
+        assert module.greet("x") == "patched"
+        assert registry.records()["lazy"].status == "applied"
+    finally:
+        sys.modules.pop(name, None)

@@ -15,6 +15,8 @@ Each patch is switched off with `VLLM_BRIDGE_DISABLE_PATCHES=<name>`, and
 Stages: `startup` runs at interpreter start (from `vllm_bridge_startup.pth`),
 before vLLM loads any plugin; `platform` runs in every process that builds
 configs or schedules (main and engine core); `worker` runs in each worker.
+A patch whose target module a process has not imported yet is deferred until
+that import, so no process pays for importing a module only to patch it.
 """
 
 

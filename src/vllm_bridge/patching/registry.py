@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
@@ -20,11 +22,13 @@ from packaging.version import Version
 from vllm_bridge import envs
 from vllm_bridge.errors import BridgeConfigError
 from vllm_bridge.log import get_logger
+from vllm_bridge.patching.post_import import POST_IMPORT as _POST_IMPORT
 from vllm_bridge.patching.spec import STAGES, Patch, Stage, source_fingerprint
 
 logger = get_logger("patching")
 
-Status = Literal["applied", "disabled", "skipped", "failed", "reverted"]
+Status = Literal["applied", "deferred", "disabled", "skipped", "failed", "reverted"]
+_SETTLED: tuple[Status, ...] = ("applied", "deferred", "disabled", "skipped")
 _MISSING = object()
 
 
@@ -150,47 +154,71 @@ class Registry:
         return found
 
     def apply(self, stage: Stage) -> list[Record]:
-        """Apply the stage's patches in declaration order; idempotent."""
+        """Apply the stage's patches in declaration order; idempotent.
+
+        A patch whose target module is not imported yet is deferred until
+        that import: importing it here would add its import time (seconds
+        for some vLLM modules) to processes that never use it."""
         disabled = self.disabled_names()
         strict = envs.STRICT.get()
         newly_applied: list[str] = []
+        newly_deferred: list[str] = []
         for patch in self.patches(stage):
-            if patch.name in self._records and self._records[patch.name].status in (
-                "applied",
-                "disabled",
-                "skipped",
-            ):
+            record = self._records.get(patch.name)
+            if record is not None and record.status in _SETTLED:
                 continue
             if patch.name in disabled:
                 self._record(patch, "disabled", f"by {envs.DISABLE_PATCHES.name}")
-                continue
-            problems = self.problems(patch)
-            missing = [p for p in problems if p.startswith("target missing")]
-            if missing and not patch.required:
-                logger.warning("Skipping optional patch %s: %s", patch.name, missing[0])
-                self._record(patch, "skipped", missing[0])
-                continue
-            if missing or (problems and strict):
-                self._record(patch, "failed", "; ".join(problems))
-                raise PatchError(
-                    f"patch {patch.name} ({patch.target}) cannot be applied: "
-                    f"{'; '.join(problems)}. Upstream: {patch.upstream}. "
-                    f"Switch it off with {envs.DISABLE_PATCHES.name}={patch.name} "
-                    "if vLLM no longer needs it."
+            elif patch.kind != "hook" and patch.module not in sys.modules:
+                self._record(patch, "deferred", f"until {patch.module} is imported")
+                newly_deferred.append(patch.name)
+                _POST_IMPORT.watch(
+                    patch.module, partial(self._apply_deferred, patch, strict)
                 )
-            for problem in problems:
-                logger.warning("Patch %s drifted: %s", patch.name, problem)
-            self._apply_one(patch)
-            self._record(patch, "applied", "; ".join(problems) or "ok")
-            newly_applied.append(patch.name)
-        if newly_applied:
+            elif self._apply_checked(patch, strict):
+                newly_applied.append(patch.name)
+        if newly_applied or newly_deferred:
             logger.info(
-                "vllm-bridge applied %s-stage patches in process %d: %s",
+                "vllm-bridge %s stage in process %d: applied [%s], deferred until "
+                "their module is imported [%s]",
                 stage,
                 os.getpid(),
                 ", ".join(newly_applied),
+                ", ".join(newly_deferred),
             )
         return [r for r in self._records.values() if r.stage == stage]
+
+    def _apply_deferred(self, patch: Patch, strict: bool) -> None:
+        if self._records[patch.name].status != "deferred":
+            return  # reverted or re-applied meanwhile
+        if self._apply_checked(patch, strict):
+            logger.info(
+                "vllm-bridge applied deferred patch %s in process %d",
+                patch.name,
+                os.getpid(),
+            )
+
+    def _apply_checked(self, patch: Patch, strict: bool) -> bool:
+        """Check and apply one patch; whether it was applied."""
+        problems = self.problems(patch)
+        missing = [p for p in problems if p.startswith("target missing")]
+        if missing and not patch.required:
+            logger.warning("Skipping optional patch %s: %s", patch.name, missing[0])
+            self._record(patch, "skipped", missing[0])
+            return False
+        if missing or (problems and strict):
+            self._record(patch, "failed", "; ".join(problems))
+            raise PatchError(
+                f"patch {patch.name} ({patch.target}) cannot be applied: "
+                f"{'; '.join(problems)}. Upstream: {patch.upstream}. "
+                f"Switch it off with {envs.DISABLE_PATCHES.name}={patch.name} "
+                "if vLLM no longer needs it."
+            )
+        for problem in problems:
+            logger.warning("Patch %s drifted: %s", patch.name, problem)
+        self._apply_one(patch)
+        self._record(patch, "applied", "; ".join(problems) or "ok")
+        return True
 
     def _apply_one(self, patch: Patch) -> None:
         if patch.kind == "hook":
