@@ -70,5 +70,33 @@ def patches(
         raise typer.Exit(1)
 
 
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def explain(ctx: typer.Context) -> None:
+    """Build the config `vllm serve ARGS` would run with, without starting an
+    engine, and show every option vllm-bridge changes and why."""
+    from vllm_bridge.explain import build_serve_config
+
+    try:
+        config, changes = build_serve_config(ctx.args)
+    except BridgeConfigError as exc:
+        Console(stderr=True).print(f"error: {exc}", markup=False, highlight=False)
+        raise typer.Exit(2) from None
+    table = Table(title=f"vllm-bridge changes for {config.model_config.model}")
+    for column in ("option", "requested", "applied", "rule", "reason"):
+        table.add_column(column, overflow="fold")
+    for change in changes:
+        table.add_row(
+            change.option,
+            repr(change.requested),
+            repr(change.applied),
+            change.rule,
+            change.reason,
+        )
+    console.print(table if changes else "vllm-bridge changes nothing in this config.")
+
+
 def main() -> None:
     app()
