@@ -4,7 +4,9 @@ Hugging Face reference tokens it is checked against."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,28 @@ PROMPTS = [
     "A list of things to do today:",
 ]
 MAX_TOKENS = 32
+
+
+def run_venv_command(
+    command: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    unset: Iterable[str] = (),
+    timeout: float = 300,
+) -> subprocess.CompletedProcess:
+    """Run one of the virtual environment's commands (`vllm`, `vllm-bridge`)
+    as a user would, capturing its output."""
+    environment = {**os.environ, **(env or {})}
+    for name in unset:
+        environment.pop(name, None)
+    return subprocess.run(
+        [str(VENV_BIN / command), *args],
+        env=environment,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="session")

