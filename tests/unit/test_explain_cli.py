@@ -24,6 +24,7 @@ def test_explain_shows_each_change_with_its_rule_and_reason(tiny_model: Path):
     for option, rule in (
         ("parallel_config.worker_cls", "worker_class"),
         ("cache_config.kv_cache_memory_bytes", "kv_cache_budget"),
+        ("cache_config.block_size", "vllm_cpu_platform"),
     ):
         row = next(line for line in table.splitlines() if option in line)
         assert rule in row

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from vllm.engine.arg_utils import EngineArgs
 
-from vllm_bridge.config import rules
+from vllm_bridge.config import audit, rules
 from vllm_bridge.device import cpu
 from vllm_bridge.errors import BridgeConfigError
 from vllm_bridge.platform import BridgePlatform
@@ -70,13 +70,36 @@ def test_second_pass_changes_nothing(large_model: Path):
         os.environ.get(rules.THREADS_BIND_ENV),
     )
     assert changes_of(config) == {}
+    recorded = len(audit.records())
     BridgePlatform.check_and_update_config(config)
+    assert audit.records()[recorded:] == ()
     after = (
         config.parallel_config.worker_cls,
         config.cache_config.kv_cache_memory_bytes,
         os.environ.get(rules.THREADS_BIND_ENV),
     )
     assert after == before
+
+
+def test_changes_of_vllms_own_cpu_reconciliation_are_recorded(tiny_model: Path):
+    recorded = len(audit.records())
+    build(tiny_model)
+    builtin = {
+        c.option: c for c in audit.records()[recorded:] if c.rule == "vllm_cpu_platform"
+    }
+    block = builtin["cache_config.block_size"]
+    assert (block.requested, block.applied) == (16, 128)
+    executor = builtin["parallel_config.distributed_executor_backend"]
+    assert executor.applied == "mp"
+    assert "OpenMP" in executor.reason
+
+
+def test_explicit_block_size_is_not_reported_as_changed(tiny_model: Path):
+    recorded = len(audit.records())
+    config = build(tiny_model, block_size=64)
+    assert config.cache_config.block_size == 64
+    options = {c.option for c in audit.records()[recorded:]}
+    assert "cache_config.block_size" not in options
 
 
 def test_worker_class_rule_records_reason(tiny_model: Path):

@@ -225,6 +225,44 @@ AFTER_BUILTIN = (
 )
 
 
+# Options vLLM's own CPU reconciliation (CpuPlatform.check_and_update_config)
+# may change, with why it does; recorded so the audit shows every change.
+BUILTIN_CPU_CHANGES = {
+    "cache_config.block_size": "vLLM's CPU attention kernels want a block size "
+    "that is a multiple of 32 (128 by default; 16 or 256 for MLA models)",
+    "cache_config.kv_cache_memory_bytes": "vLLM's CPU platform reads "
+    "VLLM_CPU_KVCACHE_SPACE (GiB)",
+    "cache_config.mamba_ssm_cache_dtype": "vLLM's accelerated CPU GDN backend "
+    "keeps its state in float32",
+    "scheduler_config.async_scheduling": "vLLM's CPU platform does not use "
+    "asynchronous scheduling",
+    "parallel_config.distributed_executor_backend": "OpenMP thread binding needs "
+    "the multiprocess executor",
+    "parallel_config.enable_dbo": "dual-batch overlap is not supported on the CPU",
+    "compilation_config.mode": "the CPU compiles once with dynamo and inductor "
+    "(DYNAMO_TRACE_ONCE), without piecewise CUDA graphs",
+    "compilation_config.cudagraph_capture_sizes": "no CUDA graphs on the CPU",
+}
+
+
+def _option(vllm_config: VllmConfig, option: str) -> object:
+    section, field = option.split(".")
+    value = getattr(getattr(vllm_config, section), field)
+    return list(value) if isinstance(value, list) else value
+
+
+def _run_builtin(
+    vllm_config: VllmConfig, builtin: Callable[[VllmConfig], None]
+) -> list[Change]:
+    before = {option: _option(vllm_config, option) for option in BUILTIN_CPU_CHANGES}
+    builtin(vllm_config)
+    return [
+        Change(option, before[option], after, reason, "vllm_cpu_platform")
+        for option, reason in BUILTIN_CPU_CHANGES.items()
+        if (after := _option(vllm_config, option)) != before[option]
+    ]
+
+
 def _run(rules: tuple[Rule, ...], vllm_config: VllmConfig) -> list[Change]:
     changes = (rule.apply(vllm_config) for rule in rules)
     return [change for change in changes if change is not None]
@@ -235,7 +273,7 @@ def reconcile(
 ) -> list[Change]:
     """Run the rules around vLLM's built-in CPU reconciliation ``builtin``."""
     changes = _run(BEFORE_BUILTIN, vllm_config)
-    builtin(vllm_config)
+    changes += _run_builtin(vllm_config, builtin)
     changes += _run(AFTER_BUILTIN, vllm_config)
     logger.info(
         "vllm-bridge reconciled the config in process %d: %d change(s).",
