@@ -22,6 +22,21 @@ def _root() -> None:
     """vllm-bridge: vLLM's CPU platform, out of tree."""
 
 
+def _fail(exc: BridgeConfigError) -> typer.Exit:
+    """Print a bad-input error as one line on stderr; exit code 2."""
+    Console(stderr=True).print(f"error: {exc}", markup=False, highlight=False)
+    return typer.Exit(2)
+
+
+def _table(*columns: str, title: str | None = None) -> Table:
+    """A table whose first column never wraps and whose others fold."""
+    table = Table(title=title)
+    table.add_column(columns[0], no_wrap=True)
+    for column in columns[1:]:
+        table.add_column(column, overflow="fold")
+    return table
+
+
 def _status(name: str, problems: list[str], disabled: set[str]) -> str:
     if name in disabled:
         return "disabled"
@@ -51,12 +66,8 @@ def patches(
     try:
         disabled = REGISTRY.disabled_names()
     except BridgeConfigError as exc:
-        Console(stderr=True).print(f"error: {exc}", markup=False, highlight=False)
-        raise typer.Exit(2) from None
-    table = Table()
-    table.add_column("name", no_wrap=True)
-    for column in ("stage", "target", "status", "detail"):
-        table.add_column(column, overflow="fold")
+        raise _fail(exc) from None
+    table = _table("name", "stage", "target", "status", "detail")
     failed = False
     for patch in REGISTRY.patches():
         problems = REGISTRY.problems(patch)
@@ -82,11 +93,15 @@ def explain(ctx: typer.Context) -> None:
     try:
         config, changes = build_serve_config(ctx.args)
     except BridgeConfigError as exc:
-        Console(stderr=True).print(f"error: {exc}", markup=False, highlight=False)
-        raise typer.Exit(2) from None
-    table = Table(title=f"vllm-bridge changes for {config.model_config.model}")
-    for column in ("option", "requested", "applied", "rule", "reason"):
-        table.add_column(column, overflow="fold")
+        raise _fail(exc) from None
+    table = _table(
+        "option",
+        "requested",
+        "applied",
+        "rule",
+        "reason",
+        title=f"vllm-bridge changes for {config.model_config.model}",
+    )
     for change in changes:
         table.add_row(
             change.option,

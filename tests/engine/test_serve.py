@@ -122,18 +122,17 @@ def test_vllm_bench_serve_client(server: Server, tiny_model: Path):
     assert re.search(r"Successful requests:\s+4", proc.stdout), proc.stdout[-3000:]
 
 
-def test_sigint_shuts_down_cleanly(server: Server):
-    code = server.stop(signal.SIGINT)
+def assert_clean_exit(server: Server, sig: signal.Signals) -> None:
+    code = server.stop(sig)
     log = server.log()
     assert code == 0, log[-3000:]
     assert "Traceback" not in log
     assert "ERROR" not in log
+
+
+def test_sigint_shuts_down_cleanly(server: Server):
+    assert_clean_exit(server, signal.SIGINT)
 
 
 def test_sigterm_shuts_down_cleanly(tiny_model: Path, tmp_path: Path):
-    server = start_server(tiny_model, tmp_path / "serve.log")
-    code = server.stop(signal.SIGTERM)
-    log = server.log()
-    assert code == 0, log[-3000:]
-    assert "Traceback" not in log
-    assert "ERROR" not in log
+    assert_clean_exit(start_server(tiny_model, tmp_path / "serve.log"), signal.SIGTERM)
