@@ -6,7 +6,7 @@ Standard library only: the interpreter-start stage reads this module too.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -14,6 +14,7 @@ from vllm_bridge.errors import BridgeConfigError
 
 T = TypeVar("T")
 
+PREFIX = "VLLM_BRIDGE_"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -32,6 +33,13 @@ def parse_name_list(raw: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
+def parse_float(raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError("expected a number") from None
+
+
 @dataclass(frozen=True)
 class EnvVar(Generic[T]):
     name: str
@@ -39,11 +47,13 @@ class EnvVar(Generic[T]):
     default: T
     doc: str
 
-    def is_set(self) -> bool:
-        return os.environ.get(self.name, "").strip() != ""
+    def is_set(self, environ: Mapping[str, str] | None = None) -> bool:
+        return (os.environ if environ is None else environ).get(
+            self.name, ""
+        ).strip() != ""
 
-    def get(self) -> T:
-        raw = os.environ.get(self.name, "")
+    def get(self, environ: Mapping[str, str] | None = None) -> T:
+        raw = (os.environ if environ is None else environ).get(self.name, "")
         if raw.strip() == "":
             return self.default
         try:
@@ -75,4 +85,12 @@ STRICT = EnvVar(
     "setting or a patch no longer matches the installed vLLM",
 )
 
-ALL: tuple[EnvVar[object], ...] = (DISABLE, DISABLE_PATCHES, STRICT)  # type: ignore[assignment]
+KV_CACHE_SHARE = EnvVar(
+    "VLLM_BRIDGE_KV_CACHE_SHARE",
+    parse_float,
+    0.5,
+    "share of the memory left after the weights that the KV cache may take "
+    "when no KV size is given, in (0, 0.9]",
+)
+
+ALL: tuple[EnvVar[object], ...] = (DISABLE, DISABLE_PATCHES, STRICT, KV_CACHE_SHARE)  # type: ignore[assignment]

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vllm_bridge.config import schema
 from vllm_bridge.config.audit import Change, report
+from vllm_bridge.config.schema import BridgeConfig
 from vllm_bridge.device import cpu
 from vllm_bridge.errors import BridgeConfigError
 from vllm_bridge.log import get_logger
@@ -30,9 +32,6 @@ KVCACHE_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 # the CPU (vLLM's CPU worker reads it as a fraction of the node's total
 # memory, which it then fails to find free).
 VLLM_DEFAULT_MEMORY_FRACTION = 0.92
-# Share of the memory left after the weights that the KV cache may take:
-# the rest covers activations, the compile cache and the other processes.
-KV_CACHE_SHARE = 0.5
 # On machines with at most this many cores, reserving one for the
 # engine-core process (vLLM's automatic binding) costs the worker a large
 # share of its compute while the engine core uses a few percent of a core.
@@ -64,10 +63,10 @@ def _size(n_bytes: float) -> str:
 @dataclass(frozen=True)
 class Rule:
     name: str
-    apply: Callable[[VllmConfig], Change | None]
+    apply: Callable[[VllmConfig, BridgeConfig], Change | None]
 
 
-def worker_class(vllm_config: VllmConfig) -> Change | None:
+def worker_class(vllm_config: VllmConfig, bridge: BridgeConfig) -> Change | None:
     parallel = vllm_config.parallel_config
     if parallel.worker_cls != "auto":
         return None
@@ -110,7 +109,9 @@ def _local_weights_bytes(vllm_config: VllmConfig) -> int:
     return sum(path.stat().st_size for path in weight_files)
 
 
-def kv_cache_budget(vllm_config: VllmConfig) -> Change | None:
+def kv_cache_budget(vllm_config: VllmConfig, bridge: BridgeConfig) -> Change | None:
+    # The share (kv_cache_share) leaves the rest of the memory to
+    # activations, the compile cache and the other processes.
     cache = vllm_config.cache_config
     if cache.kv_cache_memory_bytes is not None:
         return None  # set by --kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE
@@ -118,11 +119,11 @@ def kv_cache_budget(vllm_config: VllmConfig) -> Change | None:
         return None  # an explicit --gpu-memory-utilization
     available = cpu.available_memory_bytes()
     weights = _local_weights_bytes(vllm_config)
-    budget = int(KV_CACHE_SHARE * (available - weights))
+    budget = int(bridge.kv_cache_share * (available - weights))
     per_token = _kv_bytes_per_token(vllm_config)
     model = vllm_config.model_config
     reason = (
-        f"{KV_CACHE_SHARE:.0%} of the memory available now "
+        f"kv_cache_share={bridge.kv_cache_share:g} of the memory available now "
         f"({_size(available)}) less the weights ({_size(weights)})"
     )
     needed = MiB
@@ -167,7 +168,7 @@ def _id_ranges(ids: list[int]) -> str:
     return ",".join(parts)
 
 
-def thread_binding(vllm_config: VllmConfig) -> Change | None:
+def thread_binding(vllm_config: VllmConfig, bridge: BridgeConfig) -> Change | None:
     if THREADS_BIND_ENV in os.environ or "OMP_NUM_THREADS" in os.environ:
         return None
     parallel = vllm_config.parallel_config
@@ -194,7 +195,7 @@ def thread_binding(vllm_config: VllmConfig) -> Change | None:
     )
 
 
-def omp_spin_wait(vllm_config: VllmConfig) -> Change | None:
+def omp_spin_wait(vllm_config: VllmConfig, bridge: BridgeConfig) -> Change | None:
     if SPINCOUNT_ENV in os.environ or "OMP_WAIT_POLICY" in os.environ:
         return None
     bind = os.environ.get(THREADS_BIND_ENV, "auto")
@@ -263,18 +264,24 @@ def _run_builtin(
     ]
 
 
-def _run(rules: tuple[Rule, ...], vllm_config: VllmConfig) -> list[Change]:
-    changes = (rule.apply(vllm_config) for rule in rules)
+def _run(
+    rules: tuple[Rule, ...], vllm_config: VllmConfig, bridge: BridgeConfig
+) -> list[Change]:
+    changes = (rule.apply(vllm_config, bridge) for rule in rules)
     return [change for change in changes if change is not None]
 
 
 def reconcile(
     vllm_config: VllmConfig, builtin: Callable[[VllmConfig], None]
 ) -> list[Change]:
-    """Run the rules around vLLM's built-in CPU reconciliation ``builtin``."""
-    changes = _run(BEFORE_BUILTIN, vllm_config)
+    """Run the rules around vLLM's built-in CPU reconciliation ``builtin``.
+
+    The plugin config is read first, so that bad input fails before any
+    option changes."""
+    bridge = schema.load(vllm_config.additional_config, os.environ)
+    changes = _run(BEFORE_BUILTIN, vllm_config, bridge)
     changes += _run_builtin(vllm_config, builtin)
-    changes += _run(AFTER_BUILTIN, vllm_config)
+    changes += _run(AFTER_BUILTIN, vllm_config, bridge)
     logger.info(
         "vllm-bridge reconciled the config in process %d: %d change(s).",
         os.getpid(),

@@ -1,6 +1,10 @@
 """One module per patch; importing this package declares them all, in the
 order they are applied within a stage."""
 
-from vllm_bridge.patches import async_llm_quiet_shutdown, vllm_cpu_metadata_alias
+from vllm_bridge.patches import (
+    async_llm_quiet_shutdown,
+    config_error_exit,
+    vllm_cpu_metadata_alias,
+)
 
-__all__ = ["async_llm_quiet_shutdown", "vllm_cpu_metadata_alias"]
+__all__ = ["async_llm_quiet_shutdown", "config_error_exit", "vllm_cpu_metadata_alias"]

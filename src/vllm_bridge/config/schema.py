@@ -1,0 +1,94 @@
+"""BridgeConfig: vllm-bridge's own settings, typed and strict.
+
+Read from the top-level keys of vLLM's ``additional_config``
+(``--additional-config '{...}'``), over the ``VLLM_BRIDGE_*`` environment
+variables of ``envs.py``, over the defaults. Unknown keys and wrong types are
+errors that name the input; nothing is coerced (``"yes"`` is not a boolean).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from vllm_bridge import envs
+from vllm_bridge.errors import BridgeConfigError
+
+ADDITIONAL_CONFIG = "--additional-config"
+
+
+class BridgeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    kv_cache_share: float = Field(
+        default=envs.KV_CACHE_SHARE.default,
+        gt=0,
+        le=0.9,
+        description="share of the memory left after the weights that the "
+        "KV cache may take when no KV size is given: a number in (0, 0.9]",
+    )
+
+
+# Where each key's default comes from when --additional-config leaves it out.
+ENV_FOR_KEY: dict[str, envs.EnvVar[object]] = {
+    "kv_cache_share": envs.KV_CACHE_SHARE,  # type: ignore[dict-item]
+}
+KNOWN_KEYS = tuple(BridgeConfig.model_fields)
+
+
+def _closest(name: str, known: tuple[str, ...]) -> str:
+    matches = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    hint = f"; did you mean {matches[0]!r}?" if matches else "."
+    return f"{hint} Known keys: {', '.join(known)}."
+
+
+def _unknown_bridge_variables(environ: Mapping[str, str]) -> None:
+    known = tuple(variable.name for variable in envs.ALL)
+    for name in sorted(environ):
+        if name.startswith(envs.PREFIX) and name not in known:
+            matches = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"; did you mean {matches[0]}?" if matches else "."
+            raise BridgeConfigError(
+                f"Unknown environment variable {name}{hint} "
+                f"vllm-bridge reads only: {', '.join(known)}."
+            )
+
+
+def load(additional_config: object, environ: Mapping[str, str]) -> BridgeConfig:
+    """The plugin config of one VllmConfig (its ``additional_config``)."""
+    _unknown_bridge_variables(environ)
+    if additional_config is None:
+        additional_config = {}
+    if not isinstance(additional_config, Mapping):
+        raise BridgeConfigError(
+            f"{ADDITIONAL_CONFIG} must be a JSON object of vllm-bridge keys "
+            f"({', '.join(KNOWN_KEYS)}), got {type(additional_config).__name__} "
+            f"{additional_config!r}."
+        )
+    for key in additional_config:
+        if key not in KNOWN_KEYS:
+            raise BridgeConfigError(
+                f"{ADDITIONAL_CONFIG} has an unknown key {key!r}"
+                + _closest(str(key), KNOWN_KEYS)
+            )
+    values: dict[str, object] = {}
+    origin: dict[str, str] = {}
+    for key, variable in ENV_FOR_KEY.items():
+        if key in additional_config:
+            values[key] = additional_config[key]
+            origin[key] = f"{ADDITIONAL_CONFIG} key {key!r}"
+        elif variable.is_set(environ):
+            values[key] = variable.get(environ)
+            origin[key] = variable.name
+    try:
+        return BridgeConfig(**values)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = str(error["loc"][0])
+        description = BridgeConfig.model_fields[key].description
+        raise BridgeConfigError(
+            f"{origin[key]} = {values[key]!r} is invalid: {error['msg']}. "
+            f"Allowed: {description}."
+        ) from None

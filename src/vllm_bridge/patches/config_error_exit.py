@@ -1,0 +1,62 @@
+"""End a process that fails on bad vllm-bridge input with the one-line
+message, not a traceback through vLLM's internals."""
+
+from __future__ import annotations
+
+import sys
+from types import TracebackType
+
+from vllm_bridge.errors import BridgeConfigError
+from vllm_bridge.patching.registry import REGISTRY
+from vllm_bridge.patching.spec import Patch
+
+_previous: list[object] = []
+
+
+def _excepthook(
+    kind: type[BaseException], error: BaseException, trace: TracebackType | None
+) -> None:
+    if isinstance(error, BridgeConfigError):
+        sys.stderr.write(f"vllm-bridge: error: {error}\n")
+        sys.stderr.flush()
+        return
+    previous = _previous[-1] if _previous else sys.__excepthook__
+    previous(kind, error, trace)  # type: ignore[operator]
+
+
+def install() -> None:
+    if sys.excepthook is not _excepthook:
+        _previous.append(sys.excepthook)
+        sys.excepthook = _excepthook
+
+
+def uninstall() -> None:
+    if sys.excepthook is _excepthook and _previous:
+        sys.excepthook = _previous.pop()  # type: ignore[assignment]
+
+
+PATCH = REGISTRY.register(
+    Patch(
+        name="config-error-exit",
+        target="sys:excepthook",
+        stage="platform",
+        kind="hook",
+        new=install,
+        undo=uninstall,
+        why=(
+            "A BridgeConfigError raised while `vllm serve` builds its config "
+            "(bad --additional-config key, bad VLLM_BRIDGE_* value) leaves "
+            "vLLM's CLI uncaught: the user sees a 40-line traceback through "
+            "uvloop and EngineArgs before the one line that names the input."
+        ),
+        how=(
+            "An excepthook, installed in every process where vllm-bridge is "
+            "active, prints an uncaught BridgeConfigError as one line "
+            "('vllm-bridge: error: ...'); any other exception goes to the "
+            "previous hook. The process still exits with status 1."
+        ),
+        upstream="none: vLLM's CLI has no hook for a platform's config errors",
+        remove_when="vLLM's CLI reports platform config errors without a traceback",
+        vllm_versions=">=0.32,<0.33",
+    )
+)

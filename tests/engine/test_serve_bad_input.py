@@ -1,0 +1,73 @@
+"""Bad vllm-bridge input through the real `vllm serve` command line: one
+clear message, exit status 1, no traceback, before any engine starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_venv_command
+
+pytestmark = pytest.mark.engine
+
+# (extra `vllm serve` arguments, environment, what the message must say)
+CASES = [
+    (
+        ["--additional-config", '{"kv_cache_shar": 0.3}'],
+        {},
+        "unknown key 'kv_cache_shar'; did you mean 'kv_cache_share'?",
+    ),
+    (
+        ["--additional-config", '{"kv_cache_share": "0.3"}'],
+        {},
+        "--additional-config key 'kv_cache_share' = '0.3' is invalid",
+    ),
+    (
+        ["--additional-config", '{"kv_cache_share": 1.5}'],
+        {},
+        "'kv_cache_share' = 1.5 is invalid: Input should be less than or equal to 0.9",
+    ),
+    ([], {"VLLM_BRIDGE_KV_CACHE_SHARE": "half"}, "VLLM_BRIDGE_KV_CACHE_SHARE='half'"),
+    (
+        [],
+        {"VLLM_BRIDGE_STRIKT": "1"},
+        "Unknown environment variable VLLM_BRIDGE_STRIKT; did you mean "
+        "VLLM_BRIDGE_STRICT?",
+    ),
+]
+
+
+def serve(model: Path, *extra: str, env: dict[str, str]):
+    return run_venv_command(
+        "vllm", "serve", str(model), "--port", "0", *extra, env=env, timeout=240
+    )
+
+
+@pytest.mark.parametrize(("extra", "env", "message"), CASES)
+def test_bad_input_ends_serve_with_one_message(
+    tiny_model: Path, extra: list[str], env: dict[str, str], message: str
+):
+    proc = serve(tiny_model, *extra, env=env)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output[-3000:]
+    errors = [
+        line
+        for line in proc.stderr.splitlines()
+        if line.startswith("vllm-bridge: error: ")
+    ]
+    assert len(errors) == 1 and message in errors[0], output[-3000:]
+    assert "Traceback" not in output
+    assert "EngineCore" not in output  # failed before any engine process
+
+
+def test_without_the_patch_the_traceback_comes_back(tiny_model: Path):
+    extra, env, message = CASES[0]
+    proc = serve(
+        tiny_model,
+        *extra,
+        env={**env, "VLLM_BRIDGE_DISABLE_PATCHES": "config-error-exit"},
+    )
+    assert proc.returncode == 1
+    assert "Traceback" in proc.stderr
+    assert message in proc.stderr
