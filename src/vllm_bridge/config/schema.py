@@ -3,7 +3,7 @@
 Read from the top-level keys of vLLM's ``additional_config``
 (``--additional-config '{...}'``), over the ``VLLM_BRIDGE_*`` environment
 variables of ``envs.py``, over the defaults. Unknown keys and wrong types are
-errors that name the input; nothing is coerced (``"yes"`` is not a boolean).
+errors that name the input; nothing is coerced (``"0.3"`` is not a number).
 """
 
 from __future__ import annotations
@@ -38,20 +38,26 @@ ENV_FOR_KEY: dict[str, envs.EnvVar[object]] = {
 KNOWN_KEYS = tuple(BridgeConfig.model_fields)
 
 
-def _closest(name: str, known: tuple[str, ...]) -> str:
-    matches = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-    hint = f"; did you mean {matches[0]!r}?" if matches else "."
-    return f"{hint} Known keys: {', '.join(known)}."
+def _did_you_mean(name: str, known: tuple[str, ...], cutoff: float, quote: bool) -> str:
+    """``"; did you mean X?"`` for the closest of ``known``, else ``"."``.
+
+    The long shared prefix of the variable names needs a higher cutoff than
+    the short config keys to avoid suggesting an unrelated variable."""
+    matches = difflib.get_close_matches(name, known, n=1, cutoff=cutoff)
+    if not matches:
+        return "."
+    return (
+        f"; did you mean {matches[0]!r}?" if quote else f"; did you mean {matches[0]}?"
+    )
 
 
 def _unknown_bridge_variables(environ: Mapping[str, str]) -> None:
     known = tuple(variable.name for variable in envs.ALL)
     for name in sorted(environ):
         if name.startswith(envs.PREFIX) and name not in known:
-            matches = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-            hint = f"; did you mean {matches[0]}?" if matches else "."
             raise BridgeConfigError(
-                f"Unknown environment variable {name}{hint} "
+                f"Unknown environment variable {name}"
+                f"{_did_you_mean(name, known, cutoff=0.6, quote=False)} "
                 f"vllm-bridge reads only: {', '.join(known)}."
             )
 
@@ -71,7 +77,8 @@ def load(additional_config: object, environ: Mapping[str, str]) -> BridgeConfig:
         if key not in KNOWN_KEYS:
             raise BridgeConfigError(
                 f"{ADDITIONAL_CONFIG} has an unknown key {key!r}"
-                + _closest(str(key), KNOWN_KEYS)
+                f"{_did_you_mean(str(key), KNOWN_KEYS, cutoff=0.5, quote=True)} "
+                f"Known keys: {', '.join(KNOWN_KEYS)}."
             )
     values: dict[str, object] = {}
     origin: dict[str, str] = {}

@@ -4,13 +4,15 @@ message, not a traceback through vLLM's internals."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from types import TracebackType
 
 from vllm_bridge.errors import BridgeConfigError
 from vllm_bridge.patching.registry import REGISTRY
 from vllm_bridge.patching.spec import Patch
 
-_previous: list[object] = []
+# The hook that was in place before install(): every other exception goes there.
+_previous: Callable[..., object] = sys.__excepthook__
 
 
 def _excepthook(
@@ -20,19 +22,19 @@ def _excepthook(
         sys.stderr.write(f"vllm-bridge: error: {error}\n")
         sys.stderr.flush()
         return
-    previous = _previous[-1] if _previous else sys.__excepthook__
-    previous(kind, error, trace)  # type: ignore[operator]
+    _previous(kind, error, trace)
 
 
 def install() -> None:
+    global _previous
     if sys.excepthook is not _excepthook:
-        _previous.append(sys.excepthook)
+        _previous = sys.excepthook
         sys.excepthook = _excepthook
 
 
 def uninstall() -> None:
-    if sys.excepthook is _excepthook and _previous:
-        sys.excepthook = _previous.pop()  # type: ignore[assignment]
+    if sys.excepthook is _excepthook:
+        sys.excepthook = _previous
 
 
 PATCH = REGISTRY.register(
