@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -9,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from vllm_bridge.config import audit
 from vllm_bridge.errors import BridgeConfigError
 from vllm_bridge.patching import docs
 from vllm_bridge.patching.registry import REGISTRY
@@ -88,29 +90,21 @@ def patches(
 def explain(ctx: typer.Context) -> None:
     """Build the config `vllm serve ARGS` would run with, without starting an
     engine, and show every option vllm-bridge changes and why."""
+    # vLLM logs to stdout; keep stdout for the report (vLLM is first
+    # imported below, where its logging is configured).
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     from vllm_bridge.explain import build_serve_config
 
     try:
         config, changes = build_serve_config(ctx.args)
     except BridgeConfigError as exc:
         raise _fail(exc) from None
-    table = _table(
-        "option",
-        "requested",
-        "applied",
-        "rule",
-        "reason",
-        title=f"vllm-bridge changes for {config.model_config.model}",
-    )
-    for change in changes:
-        table.add_row(
-            change.option,
-            repr(change.requested),
-            repr(change.applied),
-            change.rule,
-            change.reason,
-        )
-    console.print(table if changes else "vllm-bridge changes nothing in this config.")
+    model = config.model_config.model
+    if not changes:
+        print(f"vllm-bridge changes nothing in the config of {model}.")
+        return
+    print(f"vllm-bridge changes {len(changes)} option(s) in the config of {model}:\n")
+    print(audit.format_changes(changes))
 
 
 def main() -> None:

@@ -40,6 +40,16 @@ def parse_float(raw: str) -> float:
         raise ValueError("expected a number") from None
 
 
+def parse_choice(*choices: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
 @dataclass(frozen=True)
 class EnvVar(Generic[T]):
     name: str
@@ -84,6 +94,14 @@ STRICT = EnvVar(
     "true refuses to start when a rule would override an explicit user "
     "setting or a patch no longer matches the installed vLLM",
 )
+COMPILE_MODE = EnvVar(
+    "VLLM_BRIDGE_COMPILE_MODE",
+    parse_choice("auto", "eager", "compiled"),
+    "auto",
+    "auto keeps vLLM's choice (compiled unless eager is configured or LoRA is "
+    "on); eager never compiles; compiled refuses to start when the model "
+    "would run eagerly",
+)
 
 KV_CACHE_SHARE = EnvVar(
     "VLLM_BRIDGE_KV_CACHE_SHARE",
@@ -93,4 +111,10 @@ KV_CACHE_SHARE = EnvVar(
     "when no KV size is given, in (0, 0.9]",
 )
 
-ALL: tuple[EnvVar[object], ...] = (DISABLE, DISABLE_PATCHES, STRICT, KV_CACHE_SHARE)  # type: ignore[assignment]
+ALL: tuple[EnvVar[object], ...] = (  # type: ignore[assignment]
+    DISABLE,
+    DISABLE_PATCHES,
+    STRICT,
+    COMPILE_MODE,
+    KV_CACHE_SHARE,
+)

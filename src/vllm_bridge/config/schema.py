@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -17,11 +18,21 @@ from vllm_bridge import envs
 from vllm_bridge.errors import BridgeConfigError
 
 ADDITIONAL_CONFIG = "--additional-config"
+CompileRequest = Literal["auto", "eager", "compiled"]
 
 
 class BridgeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
+    strict: bool = Field(
+        default=envs.STRICT.default,
+        description="true or false: true refuses to start when a rule would "
+        "override an option the user set",
+    )
+    compile_mode: CompileRequest = Field(
+        default="auto",
+        description="'auto', 'eager' or 'compiled'",
+    )
     kv_cache_share: float = Field(
         default=envs.KV_CACHE_SHARE.default,
         gt=0,
@@ -33,6 +44,8 @@ class BridgeConfig(BaseModel):
 
 # Where each key's default comes from when --additional-config leaves it out.
 ENV_FOR_KEY: dict[str, envs.EnvVar[object]] = {
+    "strict": envs.STRICT,  # type: ignore[dict-item]
+    "compile_mode": envs.COMPILE_MODE,  # type: ignore[dict-item]
     "kv_cache_share": envs.KV_CACHE_SHARE,  # type: ignore[dict-item]
 }
 KNOWN_KEYS = tuple(BridgeConfig.model_fields)
