@@ -107,5 +107,17 @@ def explain(ctx: typer.Context) -> None:
     print(audit.format_changes(changes))
 
 
+@app.command()
+def doctor() -> None:
+    """Check this machine and environment for vLLM on the CPU; exit 1 if a
+    finding is an error."""
+    from vllm_bridge import doctor as checks
+
+    findings = checks.run()
+    print(checks.format_findings(findings))
+    if any(finding.level == "error" for finding in findings):
+        raise typer.Exit(1)
+
+
 def main() -> None:
     app()
