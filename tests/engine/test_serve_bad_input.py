@@ -35,6 +35,18 @@ CASES = [
         "Unknown environment variable VLLM_BRIDGE_STRIKT; did you mean "
         "VLLM_BRIDGE_STRICT?",
     ),
+    ([], {"VLLM_BRIDGE_DISABLE": "maybe"}, "VLLM_BRIDGE_DISABLE='maybe' is invalid"),
+    (
+        ["--enable-dbo"],
+        {"VLLM_BRIDGE_STRICT": "1"},
+        "Strict mode refuses to override 1 option(s) you set: "
+        "parallel_config.enable_dbo=True would become False",
+    ),
+    (
+        ["--enforce-eager", "--additional-config", '{"compile_mode": "compiled"}'],
+        {},
+        "compile_mode='compiled' conflicts with --enforce-eager",
+    ),
 ]
 
 
@@ -71,3 +83,19 @@ def test_without_the_patch_the_traceback_comes_back(tiny_model: Path):
     assert proc.returncode == 1
     assert "Traceback" in proc.stderr
     assert message in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("{kv_cache_share: 0.3", "argument --additional-config: not valid JSON"),
+        ("[0.3]", "must be a JSON object of vllm-bridge keys"),
+    ],
+)
+def test_malformed_additional_config_is_a_usage_error(
+    tiny_model: Path, value: str, message: str
+):
+    proc = serve(tiny_model, "--additional-config", value, env={})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr

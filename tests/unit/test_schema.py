@@ -131,6 +131,11 @@ BAD_INPUTS = [
     (None, {"VLLM_BRIDGE_": "1"}, ["Unknown environment variable VLLM_BRIDGE_"]),
     (
         None,
+        {"VLLM_BRIDGE_DISABLE": "maybe"},
+        ["VLLM_BRIDGE_DISABLE='maybe' is invalid", "expected a boolean"],
+    ),
+    (
+        None,
         {"VLLM_BRIDGE_COMPILE_MODE": "fast"},
         ["VLLM_BRIDGE_COMPILE_MODE='fast' is invalid", "auto, eager, compiled"],
     ),

@@ -416,6 +416,27 @@ def _run(
     return [change for rule in rules for change in rule.apply(vllm_config, bridge)]
 
 
+def audited_values(vllm_config: VllmConfig) -> dict[str, str]:
+    """Every option a rule may change, as this process sees it: equal in
+    the main, engine-core and worker processes when the config survived
+    the trip between them."""
+    from vllm_bridge.config.unsupported import UNSUPPORTED_OPTIONS
+
+    options = [
+        "parallel_config.worker_cls",
+        "compilation_config.mode",
+        "compilation_config.cudagraph_mode",
+        "compilation_config.backend",
+        "cache_config.kv_cache_memory_bytes",
+        *BUILTIN_CPU_CHANGES,
+        *(entry.option for entry in UNSUPPORTED_OPTIONS),
+    ]
+    values = {option: show(_option(vllm_config, option)) for option in options}
+    for name in (THREADS_BIND_ENV, SPINCOUNT_ENV):
+        values[f"env.{name}"] = repr(os.environ.get(name))
+    return values
+
+
 def reconcile(
     vllm_config: VllmConfig, builtin: Callable[[VllmConfig], None]
 ) -> list[Change]:

