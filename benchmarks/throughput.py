@@ -1,10 +1,11 @@
 """vllm-bridge at its defaults vs vLLM's built-in CPU platform, side by side.
 
 Alternating runs (bridge, built-in, bridge, ...), each engine in a fresh
-process, same model, same prompts: 32 prompts x 128 output tokens, greedy,
-ignore_eos. The built-in platform gets the manual fixes it needs to run at
-all (benchmarks/builtin_fixes.py). Prints a Markdown table of tokens/s and
-the ratio bridge / built-in per cell.
+process, same model, same prompts: 32 prompts x 128 output tokens at once,
+then one prompt x 128 tokens alone (single stream), greedy, ignore_eos, and
+the time to the first token of one prompt. The built-in platform gets the
+manual fixes it needs to run at all (benchmarks/builtin_fixes.py). Prints a
+Markdown table of tokens/s and the ratios bridge / built-in per cell.
 
     python benchmarks/throughput.py --presets tiny 0.5b --modes eager compiled
 """
@@ -72,9 +73,18 @@ def child(model: str, mode: str, side: str) -> None:
     outputs = llm.generate(prompts(), params, use_tqdm=False)
     elapsed = time.perf_counter() - started
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    started = time.perf_counter()
+    single = llm.generate(prompts()[:1], params, use_tqdm=False)
+    single_s = time.perf_counter() - started
+    first_token = SamplingParams(temperature=0.0, max_tokens=1)
+    started = time.perf_counter()
+    llm.generate(prompts()[1:2], first_token, use_tqdm=False)
+    ttft_s = time.perf_counter() - started
     result = {
         "platform": type(current_platform).__name__,
         "tok_s": tokens / elapsed,
+        "single_tok_s": len(single[0].outputs[0].token_ids) / single_s,
+        "ttft_s": ttft_s,
         "start_s": start_s,
         "tokens": tokens,
     }
@@ -128,24 +138,23 @@ def main() -> None:
                     result = run_side(model, mode, side, log_dir)
                     runs[side].append(result)
                     print(f"{preset} {mode} {side}: {result}", file=sys.stderr)
-            tok = {
-                side: statistics.median(r["tok_s"] for r in runs[side])
-                for side in SIDES
-            }
-            start = {
-                side: statistics.median(r["start_s"] for r in runs[side])
-                for side in SIDES
-            }
-            rows.append(
-                f"| {preset} | {mode} | {tok['bridge']:.1f} | {tok['builtin']:.1f} | "
-                f"{tok['bridge'] / tok['builtin']:.2f} | {start['bridge']:.0f} | "
-                f"{start['builtin']:.0f} |"
-            )
+
+            def median(key: str, side: str, runs: dict = runs) -> float:
+                return statistics.median(r[key] for r in runs[side])
+
+            cells = [preset, mode]
+            for key in ("tok_s", "single_tok_s"):
+                bridge, builtin = median(key, "bridge"), median(key, "builtin")
+                cells += [f"{bridge:.1f}", f"{builtin:.1f}", f"{bridge / builtin:.2f}"]
+            for key, digits in (("ttft_s", 3), ("start_s", 0)):
+                cells += [f"{median(key, side):.{digits}f}" for side in SIDES]
+            rows.append("| " + " | ".join(cells) + " |")
     print(
-        "| preset | mode | bridge tok/s | built-in tok/s | ratio | bridge start s "
-        "| built-in start s |"
+        "| preset | mode | bridge tok/s (32) | built-in tok/s (32) | ratio "
+        "| bridge tok/s (1) | built-in tok/s (1) | ratio "
+        "| bridge TTFT s | built-in TTFT s | bridge start s | built-in start s |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|" + "---|" * 12)
     print("\n".join(rows))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 from tests.conftest import run_venv_command
@@ -20,6 +21,7 @@ def explain(*args: str):
             "VLLM_CPU_KVCACHE_SPACE",
             "VLLM_BRIDGE_STRICT",
             "VLLM_BRIDGE_COMPILE_MODE",
+            "LD_PRELOAD",
         ),
     )
 
@@ -34,9 +36,9 @@ def _blocks(stdout: str) -> dict[str, str]:
 
 
 def _mask(stdout: str, model: Path) -> str:
-    """Hide what moves between runs and machines: the model's path, the
-    free memory and the KV budget derived from it."""
-    text = stdout.replace(str(model), "<MODEL>")
+    """Hide what moves between runs and machines: the model's and the
+    venv's paths, the free memory and the KV budget derived from it."""
+    text = stdout.replace(str(model), "<MODEL>").replace(sys.prefix, "<VENV>")
     text = re.sub(r"\d+\.\d\d GiB", "<N> GiB", text)
     text = re.sub(r"-> \d+  \[kv_cache_budget\]", "-> <BYTES>  [kv_cache_budget]", text)
     # One line per reason: where a masked value wraps depends on its length.

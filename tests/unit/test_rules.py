@@ -358,3 +358,14 @@ def test_strict_key_false_wins_over_the_variable(tiny_model: Path, monkeypatch):
     monkeypatch.setenv("VLLM_BRIDGE_STRICT", "1")
     config = build(tiny_model, enable_dbo=True, additional_config={"strict": False})
     assert config.parallel_config.enable_dbo is False
+
+
+def test_vllms_openmp_preload_is_recorded(tiny_model: Path, monkeypatch):
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    recorded = len(audit.records())
+    build(tiny_model)
+    change = _changes_since(recorded)["env.LD_PRELOAD"]
+    assert change.requested is None
+    assert "libgomp" in change.applied
+    assert change.rule == "vllm_cpu_platform"
+    assert not change.user_set

@@ -350,11 +350,20 @@ BUILTIN_CPU_CHANGES = {
     "profiler_config.torch_profiler_dump_cuda_time_total": BuiltinOption(
         "the torch profiler has no CUDA time to dump on the CPU", _unless(True)
     ),
+    # Set in this process for the spawned engine core and workers.
+    "env.LD_PRELOAD": BuiltinOption(
+        "vLLM's CPU platform preloads PyTorch's libgomp when no OpenMP runtime "
+        "is preloaded (otherwise thread binding leaves one core in use), and "
+        "tcmalloc where its wheel bundles one",
+        _unless(None),
+    ),
 }
 
 
 def _option(vllm_config: VllmConfig, option: str) -> object:
     section, field = option.split(".")
+    if section == "env":
+        return os.environ.get(field)
     value = getattr(getattr(vllm_config, section), field)
     return list(value) if isinstance(value, list) else value
 
