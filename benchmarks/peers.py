@@ -1,0 +1,238 @@
+"""vllm-bridge at its defaults vs vLLM's built-in CPU platform, llama.cpp and
+Hugging Face transformers, on the same 0.5b weights and the same prompts.
+
+    python benchmarks/peers.py --rounds 2
+
+One command: it installs llama-cpp-python (built from PyPI, about 5 min on
+2 cores) and gguf into .cache/peers-venv, converts the model to a bf16 GGUF
+file with benchmarks/to_gguf.py, and alternates the engines round by round,
+each in a fresh process. Reports single-stream tok/s (one prompt, 128
+greedy tokens), 32-concurrent tok/s (32 prompts x 128 tokens at once; "-"
+for llama.cpp, whose Python binding runs one sequence at a time), time to
+the first token and start-up time; medians over the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PEERS_VENV = REPO / ".cache" / "peers-venv"
+PEER_PACKAGES = ("llama-cpp-python==0.3.36", "gguf==0.19.0")
+THREADS = len(os.sched_getaffinity(0))
+ENGINES = ("bridge", "builtin", "llama.cpp", "transformers")
+
+
+def peers_python() -> Path:
+    python = PEERS_VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
+    probe = subprocess.run([str(python), "-c", "import llama_cpp, gguf"], check=False)
+    if probe.returncode != 0:
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True
+        )
+    return python
+
+
+def gguf_file(model: Path, python: Path) -> Path:
+    out = model.parent / f"{model.name}.gguf"
+    if not out.exists():
+        subprocess.run(
+            [
+                str(python),
+                str(REPO / "benchmarks" / "to_gguf.py"),
+                str(model),
+                str(out),
+            ],
+            check=True,
+        )
+    return out
+
+
+def llama_cpp_child(gguf_path: str) -> dict[str, float]:
+    from llama_cpp import Llama
+
+    from benchmarks.throughput import OUTPUT_TOKENS, prompts
+
+    started = time.perf_counter()
+    llm = Llama(model_path=gguf_path, n_threads=THREADS, n_ctx=512, verbose=False)
+    start_s = time.perf_counter() - started
+
+    def greedy(prompt: str, tokens: int) -> None:
+        llm.reset()
+        llm.eval(llm.tokenize(prompt.encode(), add_bos=False))
+        for _ in range(tokens):  # no EOS check: a fixed number of tokens
+            llm.eval([int(llm.sample(temp=0.0))])
+
+    greedy(prompts()[2], 8)  # warm-up
+    started = time.perf_counter()
+    greedy(prompts()[0], OUTPUT_TOKENS)
+    single_s = time.perf_counter() - started
+    started = time.perf_counter()
+    llm.reset()
+    llm.eval(llm.tokenize(prompts()[1].encode(), add_bos=False))
+    llm.sample(temp=0.0)
+    ttft_s = time.perf_counter() - started
+    return {
+        "single_tok_s": OUTPUT_TOKENS / single_s,
+        "ttft_s": ttft_s,
+        "start_s": start_s,
+    }
+
+
+def transformers_child(model: str) -> dict[str, float]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from benchmarks.throughput import OUTPUT_TOKENS, prompts
+
+    started = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
+    net = AutoModelForCausalLM.from_pretrained(model, dtype=torch.bfloat16)
+    start_s = time.perf_counter() - started
+
+    def generate(batch: list[str], tokens: int) -> float:
+        inputs = tokenizer(batch, return_tensors="pt", padding=True)
+        started = time.perf_counter()
+        net.generate(
+            **inputs,
+            max_new_tokens=tokens,
+            min_new_tokens=tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        return time.perf_counter() - started
+
+    with torch.inference_mode():
+        generate(prompts()[:2], 4)  # warm-up
+        batch_s = generate(prompts(), OUTPUT_TOKENS)
+        single_s = generate(prompts()[:1], OUTPUT_TOKENS)
+        ttft_s = generate(prompts()[1:2], 1)
+    return {
+        "tok_s": len(prompts()) * OUTPUT_TOKENS / batch_s,
+        "single_tok_s": OUTPUT_TOKENS / single_s,
+        "ttft_s": ttft_s,
+        "start_s": start_s,
+    }
+
+
+def machine_child(model: str) -> dict[str, float]:
+    """Read bandwidth (best of 5 sums over 1 GiB) and bf16 matmul rate
+    (best of 5 products of 2048 x 2048 matrices): the roofline's inputs."""
+    import torch
+
+    torch.set_num_threads(THREADS)
+    data = torch.ones(2**28, dtype=torch.float32)
+    seconds = []
+    for _ in range(5):
+        started = time.perf_counter()
+        data.sum()
+        seconds.append(time.perf_counter() - started)
+    bandwidth = data.numel() * data.element_size() / min(seconds)
+    a = torch.randn(2048, 2048, dtype=torch.bfloat16)
+    b = torch.randn(2048, 2048, dtype=torch.bfloat16)
+    seconds = []
+    for _ in range(5):
+        started = time.perf_counter()
+        a @ b
+        seconds.append(time.perf_counter() - started)
+    weights = sum(f.stat().st_size for f in Path(model).glob("*.safetensors"))
+    return {
+        "bandwidth": bandwidth,
+        "matmul_flops": 2 * 2048**3 / min(seconds),
+        "weight_bytes": weights,
+    }
+
+
+def roofline(machine: dict[str, float], batch: int) -> float:
+    """tok/s if every step only read the weights once and ran the matmuls
+    at the measured rate: bf16 weights, 2 flops per parameter per token."""
+    read_s = machine["weight_bytes"] / machine["bandwidth"]
+    compute_s = machine["weight_bytes"] * batch / machine["matmul_flops"]
+    return batch / max(read_s, compute_s)
+
+
+def run_child(python: Path, engine: str, target: Path) -> dict[str, float]:
+    proc = subprocess.run(
+        [str(python), __file__, "--child", engine, str(target)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{engine} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--child", nargs=2, metavar=("ENGINE", "TARGET"))
+    args = parser.parse_args()
+    if args.child:
+        engine, target = args.child
+        child = {
+            "llama.cpp": llama_cpp_child,
+            "transformers": transformers_child,
+            "machine": machine_child,
+        }[engine]
+        print("RESULT " + json.dumps(child(target)), flush=True)
+        return
+    sys.path.insert(0, str(REPO))
+    from benchmarks.throughput import model_dir, run_side
+
+    model = model_dir("0.5b")
+    python = peers_python()
+    gguf_path = gguf_file(model, python)
+    log_dir = REPO / "benchmarks" / "results"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    machine = run_child(Path(sys.executable), "machine", model)
+    runs: dict[str, list[dict[str, float]]] = {engine: [] for engine in ENGINES}
+    for round_index in range(args.rounds):
+        order = ENGINES if round_index % 2 == 0 else ENGINES[::-1]
+        for engine in order:
+            if engine in ("bridge", "builtin"):
+                result = run_side(model, "compiled", engine, log_dir)
+            elif engine == "llama.cpp":
+                result = run_child(python, engine, gguf_path)
+            else:
+                result = run_child(Path(sys.executable), engine, model)
+            runs[engine].append(result)
+            print(f"{engine}: {result}", file=sys.stderr)
+
+    def median(engine: str, key: str, digits: int) -> str:
+        values = [run[key] for run in runs[engine] if key in run]
+        return f"{statistics.median(values):.{digits}f}" if values else "-"
+
+    print(
+        f"0.5b preset, bf16, {THREADS} threads, medians of {args.rounds} round(s); "
+        f"measured read bandwidth {machine['bandwidth'] / 1e9:.1f} GB/s, bf16 "
+        f"matmul {machine['matmul_flops'] / 1e12:.2f} TFLOP/s, weights "
+        f"{machine['weight_bytes'] / 1e9:.2f} GB\n"
+    )
+    print(
+        "| engine | tok/s (1) | tok/s (32) | TTFT s | start s |\n|---|---|---|---|---|"
+    )
+    for engine in ENGINES:
+        print(
+            f"| {engine} | {median(engine, 'single_tok_s', 1)} | "
+            f"{median(engine, 'tok_s', 1)} | {median(engine, 'ttft_s', 3)} | "
+            f"{median(engine, 'start_s', 1)} |"
+        )
+    print(
+        f"| roofline | {roofline(machine, 1):.1f} | {roofline(machine, 32):.1f} | | |"
+    )
+
+
+if __name__ == "__main__":
+    main()
