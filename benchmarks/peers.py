@@ -168,10 +168,9 @@ def run_child(python: Path, engine: str, target: Path) -> dict[str, float]:
         text=True,
         check=False,
     )
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{engine} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    from benchmarks.throughput import child_result
+
+    return child_result(proc, f"{engine} failed:\n{proc.stderr[-3000:]}")
 
 
 def main() -> None:

@@ -108,9 +108,15 @@ def run_side(model: Path, mode: str, side: str, log_dir: Path) -> dict:
             text=True,
             check=False,
         )
+    return child_result(proc, f"{side} {mode} {model.name} failed, see {log}")
+
+
+def child_result(proc: subprocess.CompletedProcess, failure: str) -> dict:
+    """The JSON of a child process's last RESULT line; RuntimeError(failure)
+    if it failed or printed none."""
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{side} {mode} {model.name} failed, see {log}")
+        raise RuntimeError(failure)
     return json.loads(lines[-1].removeprefix("RESULT "))
 
 

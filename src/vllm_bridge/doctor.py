@@ -286,9 +286,7 @@ def check_settings() -> Finding:
     from vllm_bridge.errors import BridgeConfigError
 
     try:
-        schema.load(None, os.environ)
-        for variable in envs.ALL:
-            variable.get()
+        schema.load(None, os.environ)  # checks every VLLM_BRIDGE_* variable
     except BridgeConfigError as exc:
         return Finding("error", "settings", str(exc), "fix the variable named above")
     given = [variable.name for variable in envs.ALL if variable.is_set()]

@@ -436,14 +436,12 @@ def audited_values(vllm_config: VllmConfig) -> dict[str, str]:
         "compilation_config.mode",
         "compilation_config.cudagraph_mode",
         "compilation_config.backend",
-        "cache_config.kv_cache_memory_bytes",
-        *BUILTIN_CPU_CHANGES,
+        *BUILTIN_CPU_CHANGES,  # kv_cache_memory_bytes and LD_PRELOAD among them
         *(entry.option for entry in UNSUPPORTED_OPTIONS),
+        f"env.{THREADS_BIND_ENV}",
+        f"env.{SPINCOUNT_ENV}",
     ]
-    values = {option: show(_option(vllm_config, option)) for option in options}
-    for name in (THREADS_BIND_ENV, SPINCOUNT_ENV):
-        values[f"env.{name}"] = repr(os.environ.get(name))
-    return values
+    return {option: show(_option(vllm_config, option)) for option in options}
 
 
 def reconcile(
