@@ -21,6 +21,7 @@ the decode steps (the first two steps, prefill and warm-up, are left out):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -29,6 +30,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 PARTS = (
@@ -100,12 +103,33 @@ def budget(steps: list[dict[str, float]], wall_per_step: float) -> list[tuple]:
     return rows
 
 
+def print_operators(profile: torch.profiler.profile, steps: int, top: int) -> None:
+    events = sorted(
+        profile.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True
+    )
+    print("\n| operator | calls per step | self ms per step |\n|---|---|---|")
+    for event in events[:top]:
+        print(
+            f"| {event.key} | {event.count / steps:.1f} "
+            f"| {event.self_cpu_time_total / 1000 / steps:.2f} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="0.5b", choices=("tiny", "0.5b"))
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--mode", default="compiled", choices=("compiled", "eager"))
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print the N operators with the most self CPU time per step "
+        "(torch profiler; inductor's C++ kernels are named with "
+        "cpp.enable_kernel_profile, so the timings above include its overhead)",
+    )
     parser.add_argument(
         "--side",
         default="bridge",
@@ -126,15 +150,21 @@ def main() -> None:
 
     from benchmarks.throughput import model_dir, prompts
 
+    if args.profile:
+        import torch._inductor.config
+
+        torch._inductor.config.cpp.enable_kernel_profile = True
     llm = LLM(model=str(model_dir(args.preset)), **kwargs)
     params = SamplingParams(temperature=0.0, max_tokens=args.tokens, ignore_eos=True)
     batch = (prompts() * (args.batch // len(prompts()) + 1))[: args.batch]
     llm.generate(batch, SamplingParams(max_tokens=4), use_tqdm=False)  # warm-up
     timer = StepTimer()
     instrument(llm, timer)
-    started = time.perf_counter()
-    llm.generate(batch, params, use_tqdm=False)
-    wall = time.perf_counter() - started
+    profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    with profile if args.profile else contextlib.nullcontext():
+        started = time.perf_counter()
+        llm.generate(batch, params, use_tqdm=False)
+        wall = time.perf_counter() - started
     decode = timer.steps[2:]
     wall_per_step = (wall - sum(s["step"] for s in timer.steps[:2])) / len(decode)
     print(
@@ -144,6 +174,8 @@ def main() -> None:
     print("| part | ms per step |\n|---|---|")
     for name, ms in budget(decode, wall_per_step):
         print(f"| {name} | {ms:.2f} |")
+    if args.profile:
+        print_operators(profile, len(timer.steps), args.profile)
 
 
 if __name__ == "__main__":
