@@ -151,9 +151,9 @@ def main() -> None:
     from benchmarks.throughput import model_dir, prompts
 
     if args.profile:
-        import torch._inductor.config
+        from torch._inductor import config as inductor_config
 
-        torch._inductor.config.cpp.enable_kernel_profile = True
+        inductor_config.cpp.enable_kernel_profile = True
     llm = LLM(model=str(model_dir(args.preset)), **kwargs)
     params = SamplingParams(temperature=0.0, max_tokens=args.tokens, ignore_eos=True)
     batch = (prompts() * (args.batch // len(prompts()) + 1))[: args.batch]

