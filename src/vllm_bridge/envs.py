@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar, get_args
 
 from vllm_bridge.errors import BridgeConfigError
 
 T = TypeVar("T")
+CompileRequest = Literal["auto", "eager", "compiled"]
 
 PREFIX = "VLLM_BRIDGE_"
 _TRUE = ("1", "true", "yes", "on")
@@ -96,7 +97,7 @@ STRICT = EnvVar(
 )
 COMPILE_MODE = EnvVar(
     "VLLM_BRIDGE_COMPILE_MODE",
-    parse_choice("auto", "eager", "compiled"),
+    parse_choice(*get_args(CompileRequest)),
     "auto",
     "auto keeps vLLM's choice (compiled unless eager is configured or LoRA is "
     "on); eager never compiles; compiled refuses to start when the model "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from vllm.config import CompilationMode, CUDAGraphMode
 
-from vllm_bridge.config.schema import CompileRequest
+from vllm_bridge.envs import CompileRequest
 from vllm_bridge.errors import BridgeConfigError
 
 

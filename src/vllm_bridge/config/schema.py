@@ -12,7 +12,6 @@ import argparse
 import difflib
 import json
 from collections.abc import Mapping
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -20,7 +19,6 @@ from vllm_bridge import envs
 from vllm_bridge.errors import BridgeConfigError
 
 ADDITIONAL_CONFIG = "--additional-config"
-CompileRequest = Literal["auto", "eager", "compiled"]
 
 
 class BridgeConfig(BaseModel):
@@ -31,8 +29,8 @@ class BridgeConfig(BaseModel):
         description="true or false: true refuses to start when a rule would "
         "override an option the user set",
     )
-    compile_mode: CompileRequest = Field(
-        default="auto",
+    compile_mode: envs.CompileRequest = Field(
+        default=envs.COMPILE_MODE.default,
         description="'auto', 'eager' or 'compiled'",
     )
     kv_cache_share: float = Field(
