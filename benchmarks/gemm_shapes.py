@@ -3,8 +3,9 @@
 For each linear layer shape of the preset and each batch size M, times
 ``_C::onednn_mm`` (what vLLM's CPU build uses for dense weights over 1 MiB)
 and ``_C::weight_packed_linear`` (its SGL AMX kernel, used only for
-smaller weights) over one weight copy per layer, so that the weights
-stream from memory as in a real step, and prints ms per step:
+smaller weights) over one weight per layer, called in the model's layer
+order so that the weights stream from memory as in a real step, and prints
+ms per step:
 
     python benchmarks/gemm_shapes.py --preset 0.5b --m 1 8 32 64
 """
@@ -17,6 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import torch
 
@@ -39,24 +41,63 @@ def shapes(config: dict) -> dict[str, tuple[int, int, int]]:
     }
 
 
-def time_per_step(calls: list[Callable[[], object]], repeats: int) -> float:
-    """Median ms of one pass over ``calls`` (one call per layer)."""
-    for call in calls:  # warm-up: primitives created, pages touched
-        call()
-    samples = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for call in calls:
+def time_step(
+    layers: list[dict[str, Callable[[], object]]], repeats: int
+) -> dict[str, float]:
+    """Median ms per step of each layer name, running the calls in the
+    model's order (all of layer 0, then layer 1, ...): the small weights then
+    leave the cache between uses as in a real step."""
+    for layer in layers:  # warm-up: primitives created, pages touched
+        for call in layer.values():
             call()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1000
+    samples: dict[str, list[float]] = {name: [] for layer in layers for name in layer}
+    for _ in range(repeats):
+        spent = dict.fromkeys(samples, 0.0)
+        for layer in layers:
+            for name, call in layer.items():
+                started = time.perf_counter()
+                call()
+                spent[name] += time.perf_counter() - started
+        for name, seconds in spent.items():
+            samples[name].append(seconds * 1000)
+    return {name: statistics.median(ms) for name, ms in samples.items()}
+
+
+def _onednn(handler: Any, x: torch.Tensor, n: int) -> torch.Tensor:
+    from vllm import _custom_ops as ops
+
+    return ops.onednn_mm(handler, x, None)
+
+
+def _sgl(packed: Any, x: torch.Tensor, n: int) -> torch.Tensor:
+    from vllm import _custom_ops as ops
+
+    return ops.weight_packed_linear_cpu(x, packed, n, None)
+
+
+def step_calls(
+    kernel: Callable[[Any, torch.Tensor, int], torch.Tensor],
+    weights: list[dict[str, Any]],
+    inputs: dict[int, torch.Tensor],
+    layer_shapes: dict[str, tuple[int, int, int]],
+) -> list[dict[str, Callable[[], object]]]:
+    """One call per weight: kernel(weight, input of its K, its N)."""
+    return [
+        {
+            name: partial(
+                kernel, weight, inputs[layer_shapes[name][1]], layer_shapes[name][0]
+            )
+            for name, weight in layer.items()
+        }
+        for layer in weights
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="0.5b", choices=("tiny", "0.5b"))
     parser.add_argument("--m", type=int, nargs="+", default=[1, 8, 32, 64])
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
 
     from vllm import _custom_ops as ops
@@ -65,33 +106,39 @@ def main() -> None:
 
     request_amx_permission()
     config = json.loads((model_dir(args.preset) / "config.json").read_text())
+    layer_shapes = shapes(config)
+    count = config["num_hidden_layers"]
+    onednn: list[dict[str, Any]] = [{} for _ in range(count)]
+    packed: list[dict[str, Any]] = [{} for _ in range(count)]
+    for name, (n, k, copies) in layer_shapes.items():
+        for index in range(count - copies, count):  # the lm_head after the last layer
+            weight = torch.randn(n, k).to(torch.bfloat16)
+            onednn[index][name] = ops.create_onednn_mm(weight.t(), 32)
+            packed[index][name] = torch.ops._C.convert_weight_packed(weight)
+
     print(f"{args.preset}, bf16, {torch.get_num_threads()} threads; ms per step")
     print("\n| layer | N x K | M | oneDNN ms | SGL ms | SGL / oneDNN |")
     print("|---|---|---|---|---|---|")
-    totals: dict[int, list[float]] = {m: [0.0, 0.0] for m in args.m}
-    for name, (n, k, copies) in shapes(config).items():
-        weights = [torch.randn(n, k).to(torch.bfloat16) for _ in range(copies)]
-        onednn = [ops.create_onednn_mm(w.t(), 32) for w in weights]
-        packed = [torch.ops._C.convert_weight_packed(w) for w in weights]
-        for m in args.m:
-            x = torch.randn(m, k).to(torch.bfloat16)
-            onednn_ms = time_per_step(
-                [partial(ops.onednn_mm, handler, x, None) for handler in onednn],
-                args.repeats,
-            )
-            sgl_ms = time_per_step(
-                [partial(ops.weight_packed_linear_cpu, x, w, n, None) for w in packed],
-                args.repeats,
-            )
-            totals[m][0] += onednn_ms
-            totals[m][1] += sgl_ms
+    totals = []
+    for m in args.m:
+        inputs = {
+            k: torch.randn(m, k).to(torch.bfloat16) for _, k, _ in layer_shapes.values()
+        }
+
+        onednn_ms = time_step(
+            step_calls(_onednn, onednn, inputs, layer_shapes), args.repeats
+        )
+        sgl_ms = time_step(step_calls(_sgl, packed, inputs, layer_shapes), args.repeats)
+        for name, (n, k, _) in layer_shapes.items():
             print(
-                f"| {name} | {n} x {k} | {m} | {onednn_ms:.2f} | {sgl_ms:.2f} "
-                f"| {sgl_ms / onednn_ms:.2f} |"
+                f"| {name} | {n} x {k} | {m} | {onednn_ms[name]:.2f} "
+                f"| {sgl_ms[name]:.2f} | {sgl_ms[name] / onednn_ms[name]:.2f} |"
             )
+        totals.append((m, sum(onednn_ms.values()), sum(sgl_ms.values())))
     print("\n| M | oneDNN ms | SGL ms | SGL / oneDNN |\n|---|---|---|---|")
-    for m, (onednn_ms, sgl_ms) in totals.items():
-        print(f"| {m} | {onednn_ms:.2f} | {sgl_ms:.2f} | {sgl_ms / onednn_ms:.2f} |")
+    for m, onednn_total, sgl_total in totals:
+        ratio = sgl_total / onednn_total
+        print(f"| {m} | {onednn_total:.2f} | {sgl_total:.2f} | {ratio:.2f} |")
 
 
 if __name__ == "__main__":
