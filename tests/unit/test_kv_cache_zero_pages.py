@@ -4,11 +4,14 @@ tests/engine/test_llm_compiled.py checks it on a real worker)."""
 
 from __future__ import annotations
 
+import errno
+
 import torch
 
 from vllm_bridge.diagnostics import resident_bytes
 from vllm_bridge.patches.kv_cache_zero_pages import (
     allocate_on_zero_pages,
+    request_huge_pages,
     zero_page_buffer,
 )
 
@@ -79,3 +82,14 @@ def test_zeros_after_the_allocation_are_plain_again():
     buffer = torch.zeros(GiB // 4, dtype=torch.int8, device="cpu")
     assert process_rss() - before >= GiB // 4 * 0.9
     del buffer
+
+
+def test_a_kernel_without_huge_pages_still_gets_its_kv_cache():
+    """Kernels built without transparent huge pages refuse MADV_HUGEPAGE
+    with EINVAL; no such kernel here, so a region that refuses stands in."""
+
+    class RefusingRegion:
+        def madvise(self, option: int) -> None:
+            raise OSError(errno.EINVAL, "Invalid argument")
+
+    request_huge_pages(RefusingRegion())  # type: ignore[arg-type]

@@ -10,10 +10,12 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from vllm_bridge.log import get_logger
 from vllm_bridge.patching.registry import REGISTRY
 from vllm_bridge.patching.spec import Patch
 
 HUGE_PAGE_BYTES = 2 * 1024 * 1024
+logger = get_logger("patches")
 
 
 def zero_page_buffer(nbytes: int) -> torch.Tensor:
@@ -21,13 +23,22 @@ def zero_page_buffer(nbytes: int) -> torch.Tensor:
     only where it is written: private anonymous pages are zero-filled by the
     kernel on first touch, whichever allocator the process preloads."""
     region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    # Transparent huge pages: 512 times fewer page faults as the cache
-    # fills and fewer TLB misses in attention ("madvise" is the common
-    # system setting, so the region has to ask).
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        region.madvise(mmap.MADV_HUGEPAGE)
+    request_huge_pages(region)
     # The tensor holds the mapping; it is unmapped when the tensor is freed.
     return torch.frombuffer(region, dtype=torch.int8)
+
+
+def request_huge_pages(region: mmap.mmap) -> None:
+    """Transparent huge pages: 512 times fewer page faults as the cache
+    fills ("madvise" is the common system setting, so the region has to
+    ask). Only a request: kernels built without them refuse it (EINVAL),
+    and the cache then uses normal pages."""
+    if not hasattr(mmap, "MADV_HUGEPAGE"):
+        return
+    try:
+        region.madvise(mmap.MADV_HUGEPAGE)
+    except OSError as error:
+        logger.debug("KV cache without transparent huge pages: %s", error)
 
 
 def _is_kv_backing_buffer(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -98,7 +109,9 @@ PATCH = REGISTRY.register(
             "transparent huge pages requested). The cache reads as zeros as "
             "before; memory is committed as blocks are first used. vLLM "
             "still checks at start that the cache fits in the memory "
-            "available."
+            "available, but the memory is not reserved: what other "
+            "processes take after the start is missing when the cache fills "
+            "(size it with --kv-cache-memory-bytes on a shared host)."
         ),
         upstream=(
             "none yet: to be proposed to vLLM (a platform hook for the KV "
