@@ -21,6 +21,7 @@ from functools import partial
 from typing import Any
 
 import torch
+from vllm import _custom_ops as ops
 
 from benchmarks.throughput import model_dir
 
@@ -64,14 +65,10 @@ def time_step(
 
 
 def _onednn(handler: Any, x: torch.Tensor, n: int) -> torch.Tensor:
-    from vllm import _custom_ops as ops
-
     return ops.onednn_mm(handler, x, None)
 
 
 def _sgl(packed: Any, x: torch.Tensor, n: int) -> torch.Tensor:
-    from vllm import _custom_ops as ops
-
     return ops.weight_packed_linear_cpu(x, packed, n, None)
 
 
@@ -99,8 +96,6 @@ def main() -> None:
     parser.add_argument("--m", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
-
-    from vllm import _custom_ops as ops
 
     from vllm_bridge.device.cpu import request_amx_permission
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -40,13 +41,12 @@ def _stop_output_handler(engine: Any) -> None:
 
 
 def quiet_shutdown(original: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(original)
     def shutdown(self: Any, timeout: float | None = None) -> None:
         if not timeout:  # abort mode: nothing left to deliver
             _stop_output_handler(self)
         original(self, timeout)
 
-    shutdown.__wrapped__ = original  # type: ignore[attr-defined]
-    shutdown.__doc__ = original.__doc__
     return shutdown
 
 

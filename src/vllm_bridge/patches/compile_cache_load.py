@@ -4,6 +4,7 @@ recompiling it at every start."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,12 +33,11 @@ def _inductor_artifacts_finalize_as_no_op() -> Iterator[None]:
 
 
 def load_inductor_artifacts(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
     def try_load(model: Any, aot_compilation_path: str) -> Any | None:
         with _inductor_artifacts_finalize_as_no_op():
             return original(model, aot_compilation_path)
 
-    try_load.__wrapped__ = original  # type: ignore[attr-defined]
-    try_load.__doc__ = original.__doc__
     return try_load
 
 

@@ -3,6 +3,7 @@ instead of writing zeros over all of it before the engine can start."""
 
 from __future__ import annotations
 
+import functools
 import mmap
 from collections.abc import Callable
 from typing import Any
@@ -74,6 +75,7 @@ class _ZerosOnZeroPages(TorchFunctionMode):
 
 
 def allocate_on_zero_pages(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
     def allocate_kv_cache(
         kv_cache_config: Any, device: Any, *args: Any, **kwargs: Any
     ) -> Any:
@@ -82,8 +84,6 @@ def allocate_on_zero_pages(original: Callable[..., Any]) -> Callable[..., Any]:
         with _ZerosOnZeroPages():
             return original(kv_cache_config, device, *args, **kwargs)
 
-    allocate_kv_cache.__wrapped__ = original  # type: ignore[attr-defined]
-    allocate_kv_cache.__doc__ = original.__doc__
     return allocate_kv_cache
 
 
