@@ -18,7 +18,7 @@ import sys
 CHILD = """
 import time, importlib
 import vllm.platforms
-from vllm_bridge.patching.registry import REGISTRY
+from vllm_bridge.patches.catalogue import REGISTRY
 if {preimport}:
     for patch in REGISTRY.patches("platform"):
         importlib.import_module(patch.module)

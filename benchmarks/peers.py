@@ -24,20 +24,42 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PEERS_VENV = REPO / ".cache" / "peers-venv"
 PEER_PACKAGES = ("llama-cpp-python==0.3.36", "gguf==0.19.0")
+# llama.cpp compiles for the CPU it is built on; under the ISA switch it is
+# built for that class instead (its own build options, ggml/CMakeLists.txt).
+LLAMA_CPP_CMAKE_ARGS = {
+    "avx2": "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON "
+    "-DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF "
+    "-DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF "
+    "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF",
+}
 THREADS = len(os.sched_getaffinity(0))
 ENGINES = ("bridge", "builtin", "llama.cpp", "transformers")
 
 
-def peers_python() -> Path:
-    python = PEERS_VENV / "bin" / "python"
+def peers_python(isa: str) -> Path:
+    """A venv with llama-cpp-python built for ``isa`` ('auto': this CPU)."""
+    venv = REPO / ".cache" / ("peers-venv" if isa == "auto" else f"peers-venv-{isa}")
+    python = venv / "bin" / "python"
     if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     probe = subprocess.run([str(python), "-c", "import llama_cpp, gguf"], check=False)
     if probe.returncode != 0:
+        env = dict(os.environ)
+        if isa != "auto":
+            env["CMAKE_ARGS"] = LLAMA_CPP_CMAKE_ARGS[isa]
         subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-cache-dir",
+                *PEER_PACKAGES,
+            ],
+            check=True,
+            env=env,
         )
     return python
 
@@ -125,9 +147,13 @@ def transformers_child(model: str) -> dict[str, float]:
 
 
 def machine_child(model: str) -> dict[str, float]:
-    """Read bandwidth (best of 5 sums over 1 GiB) and bf16 matmul rate
-    (best of 5 products of 2048 x 2048 matrices): the roofline's inputs."""
+    """Read bandwidth (best of 5 sums over 1 GiB) and matmul rate (best of 5
+    products of 2048 x 2048 matrices) in the dtype the linear layers compute
+    in on this ISA class: bf16 where the CPU has bf16 arithmetic, float32
+    elsewhere. The roofline's inputs, measured under the same ISA caps."""
     import torch
+
+    from vllm_bridge.device.isa import detect
 
     torch.set_num_threads(THREADS)
     data = torch.ones(2**28, dtype=torch.float32)
@@ -137,8 +163,10 @@ def machine_child(model: str) -> dict[str, float]:
         data.sum()
         seconds.append(time.perf_counter() - started)
     bandwidth = data.numel() * data.element_size() / min(seconds)
-    a = torch.randn(2048, 2048, dtype=torch.bfloat16)
-    b = torch.randn(2048, 2048, dtype=torch.bfloat16)
+    cpu_isa = detect()
+    dtype = torch.bfloat16 if cpu_isa.traits.bf16_arithmetic else torch.float32
+    a = torch.randn(2048, 2048, dtype=dtype)
+    b = torch.randn(2048, 2048, dtype=dtype)
     seconds = []
     for _ in range(5):
         started = time.perf_counter()
@@ -148,7 +176,10 @@ def machine_child(model: str) -> dict[str, float]:
     return {
         "bandwidth": bandwidth,
         "matmul_flops": 2 * 2048**3 / min(seconds),
+        "matmul_dtype": str(dtype).removeprefix("torch."),
         "weight_bytes": weights,
+        "isa": cpu_isa.describe(),
+        "aten": torch.backends.cpu.get_cpu_capability(),
     }
 
 
@@ -176,6 +207,13 @@ def run_child(python: Path, engine: str, target: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--isa",
+        default="auto",
+        choices=["auto", *LLAMA_CPP_CMAKE_ARGS],
+        help="run every engine as on a CPU of this class (VLLM_BRIDGE_ISA; "
+        "llama.cpp built for it)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("ENGINE", "TARGET"))
     args = parser.parse_args()
     if args.child:
@@ -190,8 +228,10 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     from benchmarks.throughput import model_dir, run_side
 
+    if args.isa != "auto":
+        os.environ["VLLM_BRIDGE_ISA"] = args.isa  # every child starts with it
     model = model_dir("0.5b")
-    python = peers_python()
+    python = peers_python(args.isa)
     gguf_path = gguf_file(model, python)
     log_dir = REPO / "benchmarks" / "results"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -215,8 +255,9 @@ def main() -> None:
 
     print(
         f"0.5b preset, bf16, {THREADS} threads, medians of {args.rounds} round(s); "
-        f"measured read bandwidth {machine['bandwidth'] / 1e9:.1f} GB/s, bf16 "
-        f"matmul {machine['matmul_flops'] / 1e12:.2f} TFLOP/s, weights "
+        f"CPU {machine['isa']} (ATen {machine['aten']}); measured read bandwidth "
+        f"{machine['bandwidth'] / 1e9:.1f} GB/s, {machine['matmul_dtype']} matmul "
+        f"{machine['matmul_flops'] / 1e12:.3f} TFLOP/s, weights "
         f"{machine['weight_bytes'] / 1e9:.2f} GB\n"
     )
     print(
@@ -230,6 +271,18 @@ def main() -> None:
         )
     print(
         f"| roofline | {roofline(machine, 1):.1f} | {roofline(machine, 32):.1f} | | |"
+    )
+
+    def value(engine: str, key: str) -> float:
+        return statistics.median(run[key] for run in runs[engine])
+
+    single, batch = value("bridge", "single_tok_s"), value("bridge", "tok_s")
+    print(
+        f"\nvllm-bridge vs built-in: {single / value('builtin', 'single_tok_s'):.2f} "
+        f"(1), {batch / value('builtin', 'tok_s'):.2f} (32); vs llama.cpp: "
+        f"{single / value('llama.cpp', 'single_tok_s'):.2f} (1); share of the "
+        f"roofline: {single / roofline(machine, 1):.2f} (1), "
+        f"{batch / roofline(machine, 32):.2f} (32)"
     )
 
 

@@ -47,7 +47,7 @@ def prompts() -> list[str]:
 
 
 def model_dir(preset: str) -> Path:
-    from vllm_bridge.model_builder import build_model
+    from vllm_bridge_testmodel import build_model
 
     dtype = PRESET_DTYPES[preset]
     return build_model(preset, MODELS / f"{preset}-{dtype}", dtype=dtype)
@@ -97,7 +97,14 @@ def run_side(model: Path, mode: str, side: str, log_dir: Path) -> dict:
     if side == "builtin":
         from benchmarks.builtin_fixes import KV_CACHE_GIB
 
-        env.update(VLLM_BRIDGE_DISABLE="1", VLLM_CPU_KVCACHE_SPACE=KV_CACHE_GIB)
+        env.update(
+            VLLM_BRIDGE_DISABLE="1",
+            VLLM_CPU_KVCACHE_SPACE=KV_CACHE_GIB,
+            # the ISA switch (VLLM_BRIDGE_ISA), if set, for vLLM's own platform
+            PYTHONPATH=os.pathsep.join(
+                [str(REPO / "benchmarks" / "builtin_isa"), str(REPO)]
+            ),
+        )
     log = log_dir / f"{model.name}-{mode}-{side}-{time.time_ns()}.log"
     with log.open("w") as out:
         proc = subprocess.run(

@@ -1,4 +1,4 @@
-"""Write a model built by vllm_bridge.model_builder (Llama architecture,
+"""Write a model built by vllm_bridge_testmodel (Llama architecture,
 bf16 safetensors, byte-level BPE tokenizer) as a bf16 GGUF file for
 llama.cpp, with the `gguf` package.
 

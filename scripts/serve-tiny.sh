@@ -3,14 +3,13 @@
 # with `vllm serve` on localhost, vllm-bridge active. PORT overrides 8000.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-
 MODEL=.cache/models/tiny-float32
 PORT=${PORT:-8000}
 export VLLM_CACHE_ROOT="$PWD/.cache/vllm"
 export HF_HUB_OFFLINE=1
+bash scripts/setup.sh
 
-.venv/bin/python -m vllm_bridge.model_builder --preset tiny --dtype float32 --out "$MODEL"
+.venv/bin/python -m vllm_bridge_testmodel --preset tiny --dtype float32 --out "$MODEL"
 
 cat <<EOT
 Serving $MODEL on http://127.0.0.1:$PORT once "Application startup complete" shows. Query it with:

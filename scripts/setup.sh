@@ -37,3 +37,11 @@ if ! "$PY" -c "import vllm_bridge" 2>/dev/null || [ pyproject.toml -nt "$VENV/.v
     "$PY" -m pip install --disable-pip-version-check -q --no-deps -e .
     touch "$VENV/.vllm-bridge-installed"
 fi
+
+# vllm-bridge's C++ kernels (x86-64 with AVX2), built into vLLM's cache
+# directory ($VLLM_CACHE_ROOT, default ~/.cache/vllm) once per source and
+# torch version; elsewhere nothing is built. A worker that finds them
+# missing builds them itself.
+if "$PY" -c "import sys; from vllm_bridge.device.isa import cpu_flags; sys.exit(not {'avx2', 'fma'} <= cpu_flags())"; then
+    "$PY" -m vllm_bridge.ops.native >/dev/null
+fi

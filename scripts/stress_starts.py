@@ -39,7 +39,7 @@ def main() -> None:
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO / "src"))
-    from vllm_bridge.model_builder import build_model
+    from vllm_bridge_testmodel import build_model
 
     # bfloat16: the dtype on which vLLM's CPU attention takes the AMX kernel.
     model = build_model(

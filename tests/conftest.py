@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_bridge.model_builder import build_model
+from vllm_bridge_testmodel import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = REPO / ".cache" / "models"

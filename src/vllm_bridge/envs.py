@@ -14,6 +14,8 @@ from vllm_bridge.errors import BridgeConfigError
 
 T = TypeVar("T")
 CompileRequest = Literal["auto", "eager", "compiled"]
+IsaRequest = Literal["auto", "avx2", "avx512", "avx512_bf16", "amx"]
+LinearKernelRequest = Literal["auto", "vllm", "bridge"]
 
 PREFIX = "VLLM_BRIDGE_"
 _TRUE = ("1", "true", "yes", "on")
@@ -34,11 +36,19 @@ def parse_name_list(raw: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
-def parse_float(raw: str) -> float:
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError("expected a number") from None
+def parse_float_in(low: float, high: float) -> Callable[[str], float]:
+    """A number in (low, high]."""
+
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError("expected a number") from None
+        if not low < value <= high:
+            raise ValueError(f"expected a number in ({low:g}, {high:g}]")
+        return value
+
+    return parse
 
 
 def parse_choice(*choices: str) -> Callable[[str], str]:
@@ -57,6 +67,10 @@ class EnvVar(Generic[T]):
     parse: Callable[[str], T]
     default: T
     doc: str
+    key: str | None = None
+    """The ``--additional-config`` key that overrides the variable per engine."""
+    allowed: str = ""
+    """The values allowed, as a user writes them."""
 
     def is_set(self, environ: Mapping[str, str] | None = None) -> bool:
         return (os.environ if environ is None else environ).get(
@@ -72,7 +86,7 @@ class EnvVar(Generic[T]):
         except ValueError as exc:
             raise BridgeConfigError(
                 f"{self.name}={raw!r} is invalid: {exc}. "
-                f"Fix or unset {self.name} ({self.doc})"
+                f"Fix or unset {self.name} (allowed: {self.allowed})."
             ) from None
 
 
@@ -81,19 +95,24 @@ DISABLE = EnvVar(
     parse_bool,
     False,
     "true turns the plugin off: vLLM uses its built-in CPU platform",
+    allowed="true / false",
 )
 DISABLE_PATCHES = EnvVar(
     "VLLM_BRIDGE_DISABLE_PATCHES",
     parse_name_list,
     (),
-    "comma-separated patch names to leave unapplied, or 'all'",
+    "patches to leave unapplied (`vllm-bridge patches` lists them)",
+    allowed="comma-separated patch names, or all",
 )
 STRICT = EnvVar(
     "VLLM_BRIDGE_STRICT",
     parse_bool,
     False,
-    "true refuses to start when a rule would override an explicit user "
-    "setting or a patch no longer matches the installed vLLM",
+    "true refuses to start when a rule would override an option you set, or "
+    "a patch no longer matches the installed vLLM (the key covers the rules "
+    "only: patches are checked before any config exists)",
+    key="strict",
+    allowed="true / false",
 )
 COMPILE_MODE = EnvVar(
     "VLLM_BRIDGE_COMPILE_MODE",
@@ -102,14 +121,37 @@ COMPILE_MODE = EnvVar(
     "auto keeps vLLM's choice (compiled unless eager is configured or LoRA is "
     "on); eager never compiles; compiled refuses to start when the model "
     "would run eagerly",
+    key="compile_mode",
+    allowed="auto, eager, compiled",
 )
-
+KV_CACHE_SHARE_RANGE = (0.0, 0.9)
+"""(exclusive low, inclusive high)"""
 KV_CACHE_SHARE = EnvVar(
     "VLLM_BRIDGE_KV_CACHE_SHARE",
-    parse_float,
+    parse_float_in(*KV_CACHE_SHARE_RANGE),
     0.5,
     "share of the memory left after the weights that the KV cache may take "
-    "when no KV size is given, in (0, 0.9]",
+    "when you give no KV size",
+    key="kv_cache_share",
+    allowed="a number in (0, 0.9]",
+)
+ISA = EnvVar(
+    "VLLM_BRIDGE_ISA",
+    parse_choice(*get_args(IsaRequest)),
+    "auto",
+    "auto runs on what the CPU has; a lower x86 class makes vLLM, oneDNN, "
+    "MKL and ATen run as on a CPU of that class, for testing (set it before "
+    "Python starts; docs/design.md, 'Every CPU')",
+    allowed="auto, avx2, avx512, avx512_bf16, amx",
+)
+LINEAR_KERNEL = EnvVar(
+    "VLLM_BRIDGE_LINEAR_KERNEL",
+    parse_choice(*get_args(LinearKernelRequest)),
+    "auto",
+    "which kernel runs bf16 linear layers: auto picks by the CPU's ISA class "
+    "(vllm-bridge's AVX2 kernel where the CPU has no bf16 arithmetic); vllm "
+    "keeps vLLM's dispatch; bridge uses vllm-bridge's kernel on any x86 CPU",
+    allowed="auto, vllm, bridge",
 )
 
 ALL: tuple[EnvVar[object], ...] = (  # type: ignore[assignment]
@@ -118,4 +160,6 @@ ALL: tuple[EnvVar[object], ...] = (  # type: ignore[assignment]
     STRICT,
     COMPILE_MODE,
     KV_CACHE_SHARE,
+    ISA,
+    LINEAR_KERNEL,
 )

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 from vllm.platforms.cpu import CpuPlatform
 
-from vllm_bridge.config.rules import reconcile
+from vllm_bridge.config.reconcile import reconcile
 from vllm_bridge.config.schema import use_strict_additional_config
-from vllm_bridge.patching.registry import REGISTRY
+from vllm_bridge.patches.catalogue import REGISTRY
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -35,6 +35,13 @@ class BridgePlatform(CpuPlatform):
     @classmethod
     def check_and_update_config(cls, vllm_config: VllmConfig) -> None:
         reconcile(vllm_config, builtin=super().check_and_update_config)
+
+    @classmethod
+    def import_kernels(cls) -> None:
+        # vLLM picks the kernel library from torch.cpu's ISA queries, which
+        # the isa-switch patch caps: the platform stage must be in place.
+        REGISTRY.apply("platform")
+        super().import_kernels()
 
     @classmethod
     def import_ir_kernels(cls) -> None:

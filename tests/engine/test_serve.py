@@ -72,11 +72,12 @@ def test_bridge_is_the_platform_in_every_process(server: Server):
 
 
 def test_platform_stage_patches_reach_the_engine_core(server: Server):
-    from vllm_bridge.patching.registry import REGISTRY
+    from vllm_bridge.patches.catalogue import REGISTRY
 
     stage_line = re.search(
         r"\(EngineCore pid=\d+\).*vllm-bridge platform stage in process \d+: "
-        r"applied \[(.*)\], deferred until their module is imported \[(.*)\]",
+        r"applied \[(.*)\], deferred until their module is imported \[(.*)\], "
+        r"not needed here \[(.*)\]",
         server.log(),
     )
     assert stage_line, server.log()[-3000:]
@@ -86,7 +87,7 @@ def test_platform_stage_patches_reach_the_engine_core(server: Server):
 
 
 def test_api_server_applied_the_shutdown_patch(server: Server):
-    from vllm_bridge.patches.async_llm_quiet_shutdown import PATCH
+    from vllm_bridge.patches.platform.async_llm_quiet_shutdown import PATCH
 
     assert re.search(
         rf"\(APIServer pid=\d+\).*vllm-bridge (applied deferred patch {PATCH.name}"

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import pytest
 from vllm.v1.engine.async_llm import AsyncLLM
 
-from vllm_bridge.patches.async_llm_quiet_shutdown import PATCH
-from vllm_bridge.patching.registry import REGISTRY
+from vllm_bridge.patches.catalogue import REGISTRY
+from vllm_bridge.patches.platform.async_llm_quiet_shutdown import PATCH
 
 
 class RecordingEngineCore:

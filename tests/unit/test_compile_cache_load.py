@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from torch._dynamo.aot_compile_types import BundledAOTAutogradSerializableCallable
 
-from vllm_bridge.patches.compile_cache_load import load_inductor_artifacts
+from vllm_bridge.patches.worker.compile_cache_load import load_inductor_artifacts
 
 
 def test_finalize_loading_exists_only_during_the_load():

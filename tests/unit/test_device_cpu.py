@@ -1,14 +1,16 @@
-"""CPU facts and the AMX permission request, in a fresh process each time
-(the permission is per process and cannot be dropped once granted)."""
+"""Cores, memory and the AMX permission request. The request runs in a fresh
+process each time (the permission is per process and cannot be dropped once
+granted), and is checked for the ISA class this machine has."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
-from vllm_bridge.device import cpu
+from vllm_bridge.device import cpu, isa
 
 CHECK = (
     "from vllm_bridge.device import cpu; "
@@ -18,16 +20,31 @@ CHECK = (
 )
 
 
-@pytest.mark.skipif(not cpu.isa().amx_tile, reason="this CPU has no AMX")
-def test_request_grants_amx_tile_permission_to_a_fresh_process():
-    out = subprocess.run(
-        [sys.executable, "-c", CHECK], capture_output=True, text=True, check=True
+def amx_request_in_fresh_process(**env: str) -> list[str]:
+    return subprocess.run(
+        [sys.executable, "-c", CHECK],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **env},
     ).stdout.split()
-    assert out == ["False", "True", "True"]
 
 
-def test_isa_description_names_the_machine():
-    assert cpu.isa().describe().startswith(cpu.isa().machine)
+def test_amx_permission_is_requested_exactly_on_amx_cpus():
+    native = isa.classify(isa.platform.machine(), isa.cpu_flags())
+    before, granted, after = amx_request_in_fresh_process()
+    if native == "amx":
+        assert (before, granted, after) == ("False", "True", "True")
+    else:
+        # not asked: nothing to grant, and the kernel's state is unchanged
+        assert granted == "False" and after == before
+
+
+def test_no_amx_permission_under_the_avx2_switch():
+    if {"avx2", "fma"} - isa.cpu_flags():
+        pytest.skip("the ISA switch needs an x86-64 CPU with AVX2")
+    before, granted, after = amx_request_in_fresh_process(VLLM_BRIDGE_ISA="avx2")
+    assert granted == "False" and after == before
 
 
 def test_physical_cores_are_among_allowed_cpus():

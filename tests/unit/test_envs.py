@@ -38,7 +38,15 @@ def test_patch_list_is_split_and_trimmed(monkeypatch):
     assert envs.DISABLE_PATCHES.get() == ("a", "b", "c")
 
 
-def test_readme_documents_every_variable():
+def test_readme_settings_table_is_generated_from_envs():
+    from vllm_bridge.tools import settings_docs
+
     readme = (REPO / "README.md").read_text()
+    assert settings_docs.render() in readme, (
+        "README.md's settings table is stale: paste `vllm-bridge settings`"
+    )
+
+
+def test_every_variable_says_what_is_allowed():
     for variable in envs.ALL:
-        assert f"`{variable.name}`" in readme, variable.name
+        assert variable.allowed and variable.doc, variable.name

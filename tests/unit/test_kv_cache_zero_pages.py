@@ -9,9 +9,8 @@ import errno
 import torch
 
 from vllm_bridge.diagnostics import resident_bytes
-from vllm_bridge.patches.kv_cache_zero_pages import (
+from vllm_bridge.patches.worker.kv_cache_zero_pages import (
     allocate_on_zero_pages,
-    request_huge_pages,
     zero_page_buffer,
 )
 
@@ -84,12 +83,21 @@ def test_zeros_after_the_allocation_are_plain_again():
     del buffer
 
 
-def test_a_kernel_without_huge_pages_still_gets_its_kv_cache():
+def test_a_kernel_without_huge_pages_still_gets_its_kv_cache(monkeypatch):
     """Kernels built without transparent huge pages refuse MADV_HUGEPAGE
-    with EINVAL; no such kernel here, so a region that refuses stands in."""
+    with EINVAL; no such kernel here, so mmap's madvise refuses instead
+    (mocked), and the allocation must still give a working buffer."""
+    import mmap
 
-    class RefusingRegion:
-        def madvise(self, option: int) -> None:
+    asked: list[int] = []
+
+    class RefusingMap(mmap.mmap):
+        def madvise(self, option: int, *args: int) -> None:
+            asked.append(option)
             raise OSError(errno.EINVAL, "Invalid argument")
 
-    request_huge_pages(RefusingRegion())  # type: ignore[arg-type]
+    monkeypatch.setattr(mmap, "mmap", RefusingMap)
+    buffer = zero_page_buffer(8 * 2**20)
+    assert asked == [mmap.MADV_HUGEPAGE]
+    buffer[:4096].fill_(3)
+    assert int(buffer[4095]) == 3 and int(buffer[4096]) == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 from transformers import AutoConfig, AutoTokenizer
 from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
-from vllm_bridge.model_builder import MARKER_FILE, PRESETS, build_model
+from vllm_bridge_testmodel import MARKER_FILE, PRESETS, build_model
 
 
 def test_vocab_matches_the_tokenizer(tiny_model: Path):

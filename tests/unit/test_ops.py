@@ -9,8 +9,9 @@ from vllm import ir
 from vllm.config import VllmConfig, set_current_vllm_config
 from vllm.platforms import current_platform
 
-from vllm_bridge.ops import KERNEL_WIDTH_MULTIPLE, ir_kernels
+from vllm_bridge.ops import ir_kernels
 from vllm_bridge.ops.activation import BridgeSiluAndMul
+from vllm_bridge.ops.vector_width import KERNEL_WIDTH_MULTIPLE
 
 current_platform.import_kernels()
 

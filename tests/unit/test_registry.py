@@ -202,6 +202,34 @@ def test_fingerprint_drift_warns(target, caplog):
     assert "target source changed" in caplog.text
 
 
+def test_problems_are_typed(target):
+    registry = Registry()
+    drift = registry.register(
+        make("drift", "greet", fingerprint="0" * 16, vllm_versions="<0.1")
+    )
+    gone = registry.register(make("gone", "no_such_function"))
+    assert [p.kind for p in registry.problems(drift)] == [
+        "version_range",
+        "fingerprint",
+    ]
+    assert [p.kind for p in registry.problems(gone)] == ["target_missing"]
+
+
+def test_patch_not_needed_here_is_inactive_and_unapplied(target):
+    registry = Registry([make("idle", "greet", active_when=lambda: False)])
+    original = target.greet
+    registry.apply("platform")
+    assert registry.records()["idle"].status == "inactive"
+    assert target.greet is original
+
+
+def test_patch_needed_here_is_applied(target):
+    registry = Registry([make("busy", "greet", active_when=lambda: True)])
+    registry.apply("platform")
+    assert registry.records()["busy"].status == "applied"
+    assert target.greet("x") == "patched"
+
+
 def test_matching_fingerprint_is_no_problem(target):
     registry = Registry()
     patch = registry.register(
@@ -262,6 +290,15 @@ def test_reverted_context_reapplies(target):
         assert target.greet("x") == "hello x"
     assert target.greet("x") == "patched"
     assert registry.records()["p"].status == "applied"
+
+
+def test_stage_applied_inside_a_reverted_block_leaves_the_patch_out(target):
+    registry = Registry([make("p", "greet")])
+    registry.apply("platform")
+    with registry.reverted("p"):
+        registry.apply("platform")  # as vLLM's hooks do while building a config
+        assert target.greet("x") == "hello x"
+    assert target.greet("x") == "patched"
 
 
 def test_installed_vllm_version_is_the_pinned_one():

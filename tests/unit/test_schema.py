@@ -1,9 +1,10 @@
-"""BridgeConfig from --additional-config and VLLM_BRIDGE_* variables, read
-through the real EngineArgs -> VllmConfig path; every bad input gets one
-error that names it."""
+"""BridgeConfig from --additional-config and VLLM_BRIDGE_* variables: the
+loader as a function for every bad input (each gets one error that names
+it), and the real EngineArgs -> VllmConfig path once per way in."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -66,13 +67,13 @@ BAD_INPUTS = [
         {},
         ["unknown key 'KV_CACHE_SHARE'", "Known keys: strict, compile_mode"],
     ),
-    ({"strict": "yes"}, {}, ["'strict' = 'yes' is invalid", "true or false"]),
+    ({"strict": "yes"}, {}, ["'strict' = 'yes' is invalid", "true / false"]),
     ({"strict": 1}, {}, ["'strict' = 1 is invalid"]),
     ({"Strict": True}, {}, ["unknown key 'Strict'", "did you mean 'strict'"]),
     (
         {"compile_mode": "fast"},
         {},
-        ["'compile_mode' = 'fast' is invalid", "'auto', 'eager' or 'compiled'"],
+        ["'compile_mode' = 'fast' is invalid", "auto, eager, compiled"],
     ),
     ({"compile_mode": "Eager"}, {}, ["'compile_mode' = 'Eager' is invalid"]),
     ({"compile_mode": None}, {}, ["'compile_mode' = None is invalid"]),
@@ -111,12 +112,12 @@ BAD_INPUTS = [
     (
         None,
         {"VLLM_BRIDGE_KV_CACHE_SHARE": "2"},
-        ["VLLM_BRIDGE_KV_CACHE_SHARE = 2.0 is invalid", "(0, 0.9]"],
+        ["VLLM_BRIDGE_KV_CACHE_SHARE='2' is invalid", "a number in (0, 0.9]"],
     ),
     (
         None,
         {"VLLM_BRIDGE_KV_CACHE_SHARE": "0"},
-        ["VLLM_BRIDGE_KV_CACHE_SHARE = 0.0 is invalid"],
+        ["VLLM_BRIDGE_KV_CACHE_SHARE='0' is invalid"],
     ),
     (
         None,
@@ -149,21 +150,44 @@ BAD_INPUTS = [
         {"VLLM_BRIDGE_DISABLE_PATCH": "all"},
         ["VLLM_BRIDGE_DISABLE_PATCH", "VLLM_BRIDGE_DISABLE_PATCHES"],
     ),
+    (
+        None,
+        {"VLLM_BRIDGE_ISA": "sse"},
+        ["VLLM_BRIDGE_ISA='sse' is invalid", "auto, avx2, avx512, avx512_bf16, amx"],
+    ),
+    (
+        None,
+        {"VLLM_BRIDGE_LINEAR_KERNEL": "onednn"},
+        ["VLLM_BRIDGE_LINEAR_KERNEL='onednn' is invalid", "auto, vllm, bridge"],
+    ),
 ]
 
 
 @pytest.mark.parametrize(("additional_config", "environ", "fragments"), BAD_INPUTS)
-def test_bad_input_names_the_problem(
-    tiny_model: Path, monkeypatch, additional_config, environ, fragments
-):
-    for name, value in environ.items():
-        monkeypatch.setenv(name, value)
+def test_bad_input_names_the_problem(additional_config, environ, fragments):
     with pytest.raises(BridgeConfigError) as info:
-        build(tiny_model, additional_config)
+        schema.load(additional_config, environ)
     message = str(info.value)
     for fragment in fragments:
         assert fragment in message, message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("additional_config", "environ", "fragment"),
+    [
+        ({"kv_cache_shar": 0.3}, {}, "did you mean 'kv_cache_share'"),
+        (None, {"VLLM_BRIDGE_STRICT": "2"}, "VLLM_BRIDGE_STRICT='2' is invalid"),
+    ],
+)
+def test_bad_input_stops_the_config_build(
+    tiny_model: Path, monkeypatch, additional_config, environ, fragment
+):
+    """The same errors through EngineArgs, as `vllm serve` and LLM() build."""
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(BridgeConfigError, match=re.escape(fragment)):
+        build(tiny_model, additional_config)
 
 
 class HashableSettings:
@@ -181,9 +205,9 @@ def test_additional_config_that_is_not_a_mapping_is_refused(tiny_model: Path):
     assert "HashableSettings" in message
 
 
-def test_readme_documents_every_key():
-    from tests.conftest import REPO
-
-    readme = (REPO / "README.md").read_text()
-    for key in schema.KNOWN_KEYS:
-        assert f"`{key}`" in readme, key
+def test_every_key_is_declared_with_its_variable():
+    assert set(schema.ENV_FOR_KEY) == set(schema.KNOWN_KEYS)
+    for key, variable in schema.ENV_FOR_KEY.items():
+        field = schema.BridgeConfig.model_fields[key]
+        assert field.default == variable.default, key
+        assert field.description == variable.allowed, key

@@ -46,19 +46,32 @@ def test_every_unsupported_option_has_a_user_setting():
     assert set(USER_SETTINGS) == set(ENTRIES)
 
 
-@pytest.mark.parametrize("option", sorted(USER_SETTINGS))
-def test_gpu_only_option_is_reset_and_recorded(tiny_model: Path, option: str):
-    recorded = len(audit.records())
-    config = EngineArgs(
-        model=str(tiny_model), **USER_SETTINGS[option]
-    ).create_engine_config()
-    assert _option(config, option) == ENTRIES[option].default
-    (change,) = [c for c in audit.records()[recorded:] if c.option == option]
-    assert change.rule == unsupported.RULE
-    assert change.user_set
-    assert change.applied == ENTRIES[option].default
-    assert change.requested != ENTRIES[option].default
-    assert change.reason.startswith("not honoured on the CPU: ")
+def _all_user_settings() -> dict[str, object]:
+    """Every GPU-only option set at once, as one `vllm serve` command line
+    could (settings of one config section merged)."""
+    merged: dict[str, object] = {}
+    for setting in USER_SETTINGS.values():
+        for field, value in setting.items():
+            if isinstance(value, dict):
+                merged[field] = {**merged.get(field, {}), **value}  # type: ignore[dict-item]
+            else:
+                merged[field] = value
+    return merged
+
+
+def test_every_gpu_only_option_is_reset_and_recorded(tiny_model: Path):
+    with audit.capture() as changes:
+        config = EngineArgs(
+            model=str(tiny_model), **_all_user_settings()
+        ).create_engine_config()
+    recorded = {c.option: c for c in changes if c.rule == unsupported.RULE}
+    assert set(recorded) == set(USER_SETTINGS)
+    for option, change in recorded.items():
+        assert _option(config, option) == ENTRIES[option].default
+        assert change.user_set
+        assert change.applied == ENTRIES[option].default
+        assert change.requested != ENTRIES[option].default
+        assert change.reason.startswith("not honoured on the CPU: ")
 
 
 @pytest.mark.parametrize(
@@ -75,7 +88,6 @@ def test_strict_mode_refuses_a_gpu_only_option(
 
 
 def test_defaults_record_no_gpu_only_change(tiny_model: Path):
-    recorded = len(audit.records())
-    EngineArgs(model=str(tiny_model)).create_engine_config()
-    rules = {c.rule for c in audit.records()[recorded:]}
-    assert unsupported.RULE not in rules
+    with audit.capture() as changes:
+        EngineArgs(model=str(tiny_model)).create_engine_config()
+    assert unsupported.RULE not in {c.rule for c in changes}

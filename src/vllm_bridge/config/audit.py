@@ -8,7 +8,8 @@ updated config, where a correct rule finds nothing left to change.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 
@@ -37,11 +38,24 @@ def show(value: object) -> str:
 
 
 _records: list[Change] = []
+_captures: list[list[Change]] = []
 
 
 def records() -> tuple[Change, ...]:
     """Every change recorded in this process, oldest first."""
     return tuple(_records)
+
+
+@contextmanager
+def capture() -> Iterator[list[Change]]:
+    """The changes recorded while the block runs (nested blocks see theirs
+    too), in order."""
+    captured: list[Change] = []
+    _captures.append(captured)
+    try:
+        yield captured
+    finally:
+        _captures.remove(captured)
 
 
 def format_changes(changes: Iterable[Change], width: int = 100) -> str:
@@ -66,6 +80,8 @@ def report(changes: list[Change]) -> None:
     if not changes:
         return
     _records.extend(changes)
+    for captured in _captures:
+        captured.extend(changes)
     logger.info(
         "vllm-bridge changed %d option(s):\n%s", len(changes), format_changes(changes)
     )

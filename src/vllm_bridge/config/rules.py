@@ -1,11 +1,7 @@
-"""CPU defaults for a user's VllmConfig: each rule decides one option, says
-why, and leaves anything the user set explicitly alone.
-
-Rules run on every call of ``check_and_update_config``: in the main process,
-and again in the engine-core process on the already-updated config, where
-each rule must find nothing left to change (idempotence). In strict mode a
-change of a value the user set is refused instead of made.
-"""
+"""vllm-bridge's CPU defaults for a user's VllmConfig: each rule decides one
+option, says why, and leaves anything the user set explicitly alone. Each
+must find nothing left to change when run again on its own result (the
+engine core reconciles the config a second time; see reconcile.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vllm_bridge import envs
-from vllm_bridge.config import schema
-from vllm_bridge.config.audit import Change, report, show
+from vllm_bridge.config.audit import Change
 from vllm_bridge.config.schema import BridgeConfig
 from vllm_bridge.config.unsupported import reset_unsupported
 from vllm_bridge.device import cpu
@@ -285,6 +280,67 @@ def omp_spin_wait(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]
     ]
 
 
+def isa_switch(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
+    """Record the ATen/oneDNN/MKL caps the interpreter-start stage set for
+    VLLM_BRIDGE_ISA (in the engine core they are inherited, not set)."""
+    from vllm_bridge import startup
+    from vllm_bridge.device.isa import detect
+
+    cpu_isa = detect()
+    if not cpu_isa.switched:
+        return []
+    return [
+        Change(
+            f"env.{name}",
+            None,
+            value,
+            f"{envs.ISA.name}={cpu_isa.effective}: runs as on a CPU of class "
+            f"{cpu_isa.effective} (this one is {cpu_isa.native}); vLLM loads "
+            f"{cpu_isa.traits.vllm_kernel_library} and its kernels for that class",
+            "isa_switch",
+        )
+        for name, value in startup.isa_cap_env_set.items()
+        if os.environ.get(name) == value
+    ]
+
+
+def linear_kernel(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
+    """Resolve VLLM_BRIDGE_LINEAR_KERNEL=auto for the model's dtype; the
+    engine core and workers inherit the resolved value."""
+    from vllm_bridge.config.isa_defaults import BRIDGE_LINEAR_OP
+    from vllm_bridge.config.isa_defaults import linear_kernel as default_kernel
+    from vllm_bridge.device.isa import detect
+    from vllm_bridge.ops import linear
+
+    model = vllm_config.model_config
+    request = envs.LINEAR_KERNEL.get()
+    if request == "bridge" and not linear.available():
+        raise BridgeConfigError(
+            f"{envs.LINEAR_KERNEL.name}=bridge, but vllm-bridge's kernel could "
+            "not be built or loaded (see the warning above, or run `vllm-bridge "
+            f"doctor`). Unset {envs.LINEAR_KERNEL.name} or set it to 'vllm'."
+        )
+    if request != "auto" or model is None:
+        return []
+    cpu_isa = detect()
+    chosen = default_kernel(cpu_isa.effective, model.dtype, linear.available())
+    if chosen == "vllm":
+        return []
+    os.environ[envs.LINEAR_KERNEL.name] = chosen
+    return [
+        Change(
+            f"env.{envs.LINEAR_KERNEL.name}",
+            "auto",
+            chosen,
+            f"{cpu_isa.effective} CPU without bf16 arithmetic: the bf16 linear "
+            f"layers run on {BRIDGE_LINEAR_OP} (bf16 weights, float32 "
+            "arithmetic) instead of vLLM's oneDNN dispatch, which has no fast "
+            "bf16 GEMM here",
+            "linear_kernel",
+        )
+    ]
+
+
 # Rules that must run before vLLM's built-in CPU defaults (which would fill
 # the same options with their own choice).
 BEFORE_BUILTIN = (
@@ -293,176 +349,9 @@ BEFORE_BUILTIN = (
     Rule("cpu_unsupported", reset_unsupported),
 )
 AFTER_BUILTIN = (
+    Rule("isa_switch", isa_switch),
+    Rule("linear_kernel", linear_kernel),
     Rule("kv_cache_budget", kv_cache_budget),
     Rule("thread_binding", thread_binding),
     Rule("omp_spin_wait", omp_spin_wait),
 )
-
-
-@dataclass(frozen=True)
-class BuiltinOption:
-    """An option vLLM's own CPU reconciliation may change, and why."""
-
-    reason: str
-    user_set: Callable[[VllmConfig, object], bool]
-    """Whether the value before the change (second argument) came from the
-    user, judged on the config before the change."""
-
-
-def _unless(default: object) -> Callable[[VllmConfig, object], bool]:
-    return lambda _config, value: value != default
-
-
-def _unknowable(_config: VllmConfig, _value: object) -> bool:
-    # vLLM resolves the option's default (None) before the platform sees the
-    # config, to the value a user could also have chosen.
-    return False
-
-
-# What CpuPlatform.check_and_update_config may change; recorded so that the
-# audit shows every change. Its compile-mode change is decided (and
-# recorded) by the compile_mode rule.
-BUILTIN_CPU_CHANGES = {
-    "cache_config.block_size": BuiltinOption(
-        "vLLM's CPU attention kernels want a block size that is a multiple of "
-        "32 (128 by default; 16 or 256 for MLA models)",
-        lambda config, _value: config.cache_config.user_specified_block_size,
-    ),
-    "cache_config.kv_cache_memory_bytes": BuiltinOption(
-        "vLLM's CPU platform reads VLLM_CPU_KVCACHE_SPACE (GiB)", _unless(None)
-    ),
-    "cache_config.mamba_ssm_cache_dtype": BuiltinOption(
-        "vLLM's accelerated CPU GDN backend keeps its state in float32",
-        _unless("auto"),
-    ),
-    "scheduler_config.async_scheduling": BuiltinOption(
-        "vLLM's CPU platform does not use asynchronous scheduling", _unknowable
-    ),
-    "parallel_config.distributed_executor_backend": BuiltinOption(
-        "OpenMP thread binding needs the multiprocess executor", _unknowable
-    ),
-    "parallel_config.enable_dbo": BuiltinOption(
-        "dual-batch overlap is not supported on the CPU", _unless(False)
-    ),
-    "compilation_config.cudagraph_capture_sizes": BuiltinOption(
-        "no CUDA graphs on the CPU", _unless(None)
-    ),
-    "profiler_config.torch_profiler_dump_cuda_time_total": BuiltinOption(
-        "the torch profiler has no CUDA time to dump on the CPU", _unless(True)
-    ),
-    # Set in this process for the spawned engine core and workers.
-    "env.LD_PRELOAD": BuiltinOption(
-        "vLLM's CPU platform preloads PyTorch's libgomp when no OpenMP runtime "
-        "is preloaded (otherwise thread binding leaves one core in use), and "
-        "tcmalloc where its wheel bundles one",
-        _unless(None),
-    ),
-}
-
-
-def _option(vllm_config: VllmConfig, option: str) -> object:
-    section, field = option.split(".")
-    if section == "env":
-        return os.environ.get(field)
-    value = getattr(getattr(vllm_config, section), field)
-    return list(value) if isinstance(value, list) else value
-
-
-def _run_builtin(
-    vllm_config: VllmConfig, builtin: Callable[[VllmConfig], None]
-) -> list[Change]:
-    before = {option: _option(vllm_config, option) for option in BUILTIN_CPU_CHANGES}
-    user_set = {
-        option: entry.user_set(vllm_config, before[option])
-        for option, entry in BUILTIN_CPU_CHANGES.items()
-    }
-    builtin(vllm_config)
-    return [
-        Change(
-            option,
-            before[option],
-            after,
-            entry.reason,
-            "vllm_cpu_platform",
-            user_set=user_set[option],
-        )
-        for option, entry in BUILTIN_CPU_CHANGES.items()
-        if (after := _option(vllm_config, option)) != before[option]
-    ]
-
-
-def _check_compile_mode(vllm_config: VllmConfig, changes: list[Change]) -> None:
-    """vLLM's CPU reconciliation carries out part of the compile decision;
-    a vLLM that no longer does must not start in a mode nobody decided."""
-    decided = [c.applied for c in changes if c.option == "compilation_config.mode"]
-    actual = vllm_config.compilation_config.mode
-    if decided and decided[-1] != actual:
-        raise RuntimeError(
-            f"vllm-bridge decided compilation mode {show(decided[-1])}, but "
-            f"vLLM's CPU platform left {show(actual)}: the installed vLLM "
-            "changed its CPU compile defaults (run `vllm-bridge doctor`)."
-        )
-
-
-def _refuse_user_overrides(changes: list[Change]) -> None:
-    refused = [change for change in changes if change.user_set]
-    if not refused:
-        return
-    lines = "; ".join(
-        f"{c.option}={show(c.requested)} would become {show(c.applied)} ({c.reason})"
-        for c in refused
-    )
-    raise BridgeConfigError(
-        f"Strict mode refuses to override {len(refused)} option(s) you set: "
-        f"{lines}. Change or drop these options, or turn strict mode off "
-        f"({schema.ADDITIONAL_CONFIG} key 'strict', {envs.STRICT.name})."
-    )
-
-
-def _run(
-    rules: tuple[Rule, ...], vllm_config: VllmConfig, bridge: BridgeConfig
-) -> list[Change]:
-    return [change for rule in rules for change in rule.apply(vllm_config, bridge)]
-
-
-def audited_values(vllm_config: VllmConfig) -> dict[str, str]:
-    """Every option a rule may change, as this process sees it: equal in
-    the main, engine-core and worker processes when the config survived
-    the trip between them."""
-    from vllm_bridge.config.unsupported import UNSUPPORTED_OPTIONS
-
-    options = [
-        "parallel_config.worker_cls",
-        "compilation_config.mode",
-        "compilation_config.cudagraph_mode",
-        "compilation_config.backend",
-        *BUILTIN_CPU_CHANGES,  # kv_cache_memory_bytes and LD_PRELOAD among them
-        *(entry.option for entry in UNSUPPORTED_OPTIONS),
-        f"env.{THREADS_BIND_ENV}",
-        f"env.{SPINCOUNT_ENV}",
-    ]
-    return {option: show(_option(vllm_config, option)) for option in options}
-
-
-def reconcile(
-    vllm_config: VllmConfig, builtin: Callable[[VllmConfig], None]
-) -> list[Change]:
-    """Run the rules around vLLM's built-in CPU reconciliation ``builtin``.
-
-    The plugin config is read first, so that bad input fails before any
-    option changes. In strict mode, changes of options the user set are
-    refused: the error ends start-up before the engine is built."""
-    bridge = schema.load(vllm_config.additional_config, os.environ)
-    changes = _run(BEFORE_BUILTIN, vllm_config, bridge)
-    changes += _run_builtin(vllm_config, builtin)
-    _check_compile_mode(vllm_config, changes)
-    changes += _run(AFTER_BUILTIN, vllm_config, bridge)
-    if bridge.strict:
-        _refuse_user_overrides(changes)
-    logger.info(
-        "vllm-bridge reconciled the config in process %d: %d change(s).",
-        os.getpid(),
-        len(changes),
-    )
-    report(changes)
-    return changes

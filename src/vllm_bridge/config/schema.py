@@ -22,31 +22,26 @@ ADDITIONAL_CONFIG = "--additional-config"
 
 
 class BridgeConfig(BaseModel):
+    """The keys of ``--additional-config``; each is declared with its
+    variable in envs.py (default, allowed values, meaning)."""
+
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    strict: bool = Field(
-        default=envs.STRICT.default,
-        description="true or false: true refuses to start when a rule would "
-        "override an option the user set",
-    )
+    strict: bool = Field(default=envs.STRICT.default, description=envs.STRICT.allowed)
     compile_mode: envs.CompileRequest = Field(
-        default=envs.COMPILE_MODE.default,
-        description="'auto', 'eager' or 'compiled'",
+        default=envs.COMPILE_MODE.default, description=envs.COMPILE_MODE.allowed
     )
     kv_cache_share: float = Field(
         default=envs.KV_CACHE_SHARE.default,
-        gt=0,
-        le=0.9,
-        description="share of the memory left after the weights that the "
-        "KV cache may take when no KV size is given: a number in (0, 0.9]",
+        gt=envs.KV_CACHE_SHARE_RANGE[0],
+        le=envs.KV_CACHE_SHARE_RANGE[1],
+        description=envs.KV_CACHE_SHARE.allowed,
     )
 
 
 # Where each key's default comes from when --additional-config leaves it out.
 ENV_FOR_KEY: dict[str, envs.EnvVar[object]] = {
-    "strict": envs.STRICT,  # type: ignore[dict-item]
-    "compile_mode": envs.COMPILE_MODE,  # type: ignore[dict-item]
-    "kv_cache_share": envs.KV_CACHE_SHARE,  # type: ignore[dict-item]
+    variable.key: variable for variable in envs.ALL if variable.key is not None
 }
 KNOWN_KEYS = tuple(BridgeConfig.model_fields)
 

@@ -1,5 +1,6 @@
-"""Facts about the CPU this process runs on, and the process-level setup
-that kernels need (AMX tile permission)."""
+"""Cores and memory of the machine this process runs on, and the
+process-level setup that kernels need (AMX tile permission). The ISA class
+is in ``isa.py``."""
 
 from __future__ import annotations
 
@@ -7,45 +8,10 @@ import ctypes
 import os
 import platform
 import sys
-from dataclasses import dataclass
-from functools import cache
 
 import torch
 
-
-@dataclass(frozen=True)
-class IsaFacts:
-    machine: str
-    avx512: bool
-    avx512_bf16: bool
-    amx_tile: bool
-
-    def describe(self) -> str:
-        names = [
-            name
-            for name, present in (
-                ("AVX-512", self.avx512),
-                ("AVX-512-BF16", self.avx512_bf16),
-                ("AMX", self.amx_tile),
-            )
-            if present
-        ]
-        return f"{self.machine}: {', '.join(names) if names else 'no AVX-512/AMX'}"
-
-
-def _is_x86() -> bool:
-    return platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
-
-
-@cache
-def isa() -> IsaFacts:
-    x86 = _is_x86()
-    return IsaFacts(
-        machine=platform.machine(),
-        avx512=x86 and torch.cpu._is_avx512_supported(),
-        avx512_bf16=x86 and torch.cpu._is_avx512_bf16_supported(),
-        amx_tile=x86 and torch.cpu._is_amx_tile_supported(),
-    )
+from vllm_bridge.device import isa
 
 
 def allowed_cpus() -> list[int]:
@@ -98,7 +64,7 @@ def request_amx_permission() -> bool:
     once, before the first step, is harmless where AMX is absent (returns
     False). Returns whether AMX may now be used.
     """
-    if not isa().amx_tile:
+    if not isa.detect().has("amx"):
         return False
     return bool(torch.cpu._init_amx())
 

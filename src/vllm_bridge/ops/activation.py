@@ -12,7 +12,7 @@ import torch
 from vllm.model_executor.custom_op import CustomOp, op_registry_oot
 from vllm.model_executor.layers.activation import SiluAndMul
 
-from vllm_bridge.ops import KERNEL_WIDTH_MULTIPLE
+from vllm_bridge.ops.vector_width import KERNEL_WIDTH_MULTIPLE
 
 OP_NAME = "SiluAndMul"
 
@@ -28,5 +28,7 @@ class BridgeSiluAndMul(SiluAndMul):
 
 
 def register() -> None:
+    """Register the out-of-tree op, once per process, before the model is
+    built (CustomOp instantiation looks it up)."""
     if op_registry_oot.get(OP_NAME) is not BridgeSiluAndMul:
         CustomOp.register_oot(BridgeSiluAndMul, name=OP_NAME)

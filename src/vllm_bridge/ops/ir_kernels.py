@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 from vllm import ir
 
-from vllm_bridge.ops import KERNEL_WIDTH_MULTIPLE
+from vllm_bridge.ops.vector_width import KERNEL_WIDTH_MULTIPLE
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig

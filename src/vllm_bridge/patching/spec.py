@@ -40,6 +40,10 @@ class Patch:
     written; ``None`` for hooks, which replace no code."""
     required: bool = True
     undo: Callable[[], None] | None = None
+    active_when: Callable[[], bool] | None = None
+    """Whether this process needs the patch (e.g. only under a setting);
+    where it returns False the patch is recorded as inactive, unapplied.
+    ``None``: always needed."""
 
     @property
     def module(self) -> str:

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from vllm_bridge.patching.registry import REGISTRY
+from vllm_bridge.compat import SUPPORTED_VLLM
 from vllm_bridge.patching.spec import Patch
 
 HANDLER_STOP_TIMEOUT_S = 5.0
@@ -50,30 +50,28 @@ def quiet_shutdown(original: Callable[..., None]) -> Callable[..., None]:
     return shutdown
 
 
-PATCH = REGISTRY.register(
-    Patch(
-        name="async-llm-quiet-shutdown",
-        target="vllm.v1.engine.async_llm:AsyncLLM.shutdown",
-        stage="platform",
-        kind="wrap",
-        new=quiet_shutdown,
-        why=(
-            "On SIGINT/SIGTERM the API server stops the engine core first and "
-            "cancels its output handler last; when the handler sees the engine "
-            "core die in between, it logs 'AsyncLLM output_handler failed' with "
-            "an EngineDeadError traceback, although the shutdown was requested."
-        ),
-        how=(
-            "In abort mode (shutdown timeout 0, the default) the wrapped "
-            "AsyncLLM.shutdown cancels the output handler on its event loop and "
-            "waits for it (at most 5 s) before calling the original."
-        ),
-        upstream=(
-            "none yet: to be reported to vLLM (AsyncLLM.shutdown should cancel "
-            "output_handler before engine_core.shutdown in abort mode)"
-        ),
-        remove_when="vLLM's AsyncLLM.shutdown stops the output handler first",
-        vllm_versions=">=0.32,<0.33",
-        fingerprint="710e7c9297477090",
-    )
+PATCH = Patch(
+    name="async-llm-quiet-shutdown",
+    target="vllm.v1.engine.async_llm:AsyncLLM.shutdown",
+    stage="platform",
+    kind="wrap",
+    new=quiet_shutdown,
+    why=(
+        "On SIGINT/SIGTERM the API server stops the engine core first and "
+        "cancels its output handler last; when the handler sees the engine "
+        "core die in between, it logs 'AsyncLLM output_handler failed' with "
+        "an EngineDeadError traceback, although the shutdown was requested."
+    ),
+    how=(
+        "In abort mode (shutdown timeout 0, the default) the wrapped "
+        "AsyncLLM.shutdown cancels the output handler on its event loop and "
+        "waits for it (at most 5 s) before calling the original."
+    ),
+    upstream=(
+        "none yet: to be reported to vLLM (AsyncLLM.shutdown should cancel "
+        "output_handler before engine_core.shutdown in abort mode)"
+    ),
+    remove_when="vLLM's AsyncLLM.shutdown stops the output handler first",
+    vllm_versions=SUPPORTED_VLLM,
+    fingerprint="710e7c9297477090",
 )

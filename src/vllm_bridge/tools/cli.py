@@ -12,8 +12,9 @@ from rich.table import Table
 
 from vllm_bridge.config import audit
 from vllm_bridge.errors import BridgeConfigError
-from vllm_bridge.patching import docs
-from vllm_bridge.patching.registry import REGISTRY
+from vllm_bridge.patches.catalogue import REGISTRY
+from vllm_bridge.patching.registry import Problem
+from vllm_bridge.tools import patch_docs as docs
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 console = Console()
@@ -39,12 +40,13 @@ def _table(*columns: str, title: str | None = None) -> Table:
     return table
 
 
-def _status(name: str, problems: list[str], disabled: set[str]) -> str:
+def _status(name: str, problems: list[Problem], disabled: set[str]) -> str:
     if name in disabled:
         return "disabled"
-    if any(p.startswith("target missing") for p in problems):
+    kinds = {problem.kind for problem in problems}
+    if "target_missing" in kinds:
         return "target missing"
-    if any("outside the patch's range" in p for p in problems):
+    if "version_range" in kinds:
         return "outside version range"
     if problems:
         return "drifted"
@@ -76,7 +78,7 @@ def patches(
         status = _status(patch.name, problems, disabled)
         failed = failed or status not in ("ok", "disabled")
         table.add_row(
-            patch.name, patch.stage, patch.target, status, "; ".join(problems)
+            patch.name, patch.stage, patch.target, status, "; ".join(map(str, problems))
         )
     console.print(table)
     if check and failed:
@@ -93,7 +95,7 @@ def explain(ctx: typer.Context) -> None:
     # vLLM logs to stdout; keep stdout for the report (vLLM is first
     # imported below, where its logging is configured).
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    from vllm_bridge.explain import build_serve_config
+    from vllm_bridge.tools.explain import build_serve_config
 
     try:
         config, changes = build_serve_config(ctx.args)
@@ -108,10 +110,19 @@ def explain(ctx: typer.Context) -> None:
 
 
 @app.command()
+def settings() -> None:
+    """Print every VLLM_BRIDGE_* variable and --additional-config key
+    (Markdown)."""
+    from vllm_bridge.tools import settings_docs
+
+    print(settings_docs.render(), end="")
+
+
+@app.command()
 def doctor() -> None:
     """Check this machine and environment for vLLM on the CPU; exit 1 if a
     finding is an error."""
-    from vllm_bridge import doctor as checks
+    from vllm_bridge.tools import doctor as checks
 
     findings = checks.run()
     print(checks.format_findings(findings))

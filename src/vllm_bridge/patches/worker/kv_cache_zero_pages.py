@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from vllm_bridge.compat import SUPPORTED_VLLM
 from vllm_bridge.log import get_logger
-from vllm_bridge.patching.registry import REGISTRY
 from vllm_bridge.patching.spec import Patch
 
 HUGE_PAGE_BYTES = 2 * 1024 * 1024
@@ -87,39 +87,37 @@ def allocate_on_zero_pages(original: Callable[..., Any]) -> Callable[..., Any]:
     return allocate_kv_cache
 
 
-PATCH = REGISTRY.register(
-    Patch(
-        name="kv-cache-zero-pages",
-        target="vllm.v1.worker.gpu_model_runner:allocate_kv_cache",
-        stage="worker",
-        kind="wrap",
-        new=allocate_on_zero_pages,
-        why=(
-            "vLLM allocates the whole KV cache with torch.zeros, which writes "
-            "every page before the engine starts: on the CPU that commits "
-            "gigabytes of RAM nobody has used yet (the CPU shares it with the "
-            "page cache and other processes) and costs about 1.4 s per GiB "
-            "here, 10 s of a 30 s start for the 7.2 GiB default cache of the "
-            "0.5b preset."
-        ),
-        how=(
-            "While allocate_kv_cache runs on the CPU, its torch.zeros of the "
-            "int8 backing buffer returns a private anonymous mapping instead "
-            "(zero-filled by the kernel page by page on first write, with "
-            "transparent huge pages requested). The cache reads as zeros as "
-            "before; memory is committed as blocks are first used. vLLM "
-            "still checks at start that the cache fits in the memory "
-            "available, but the memory is not reserved: what other "
-            "processes take after the start is missing when the cache fills "
-            "(size it with --kv-cache-memory-bytes on a shared host)."
-        ),
-        upstream=(
-            "none yet: to be proposed to vLLM (a platform hook for the KV "
-            "cache allocator, or torch.empty where the allocator guarantees "
-            "zero pages)"
-        ),
-        remove_when="vLLM's CPU worker allocates its KV cache without writing it",
-        vllm_versions=">=0.32,<0.33",
-        fingerprint="b601983f70bf2ee9",
-    )
+PATCH = Patch(
+    name="kv-cache-zero-pages",
+    target="vllm.v1.worker.gpu_model_runner:allocate_kv_cache",
+    stage="worker",
+    kind="wrap",
+    new=allocate_on_zero_pages,
+    why=(
+        "vLLM allocates the whole KV cache with torch.zeros, which writes "
+        "every page before the engine starts: on the CPU that commits "
+        "gigabytes of RAM nobody has used yet (the CPU shares it with the "
+        "page cache and other processes) and costs about 1.4 s per GiB "
+        "here, 10 s of a 30 s start for the 7.2 GiB default cache of the "
+        "0.5b preset."
+    ),
+    how=(
+        "While allocate_kv_cache runs on the CPU, its torch.zeros of the "
+        "int8 backing buffer returns a private anonymous mapping instead "
+        "(zero-filled by the kernel page by page on first write, with "
+        "transparent huge pages requested). The cache reads as zeros as "
+        "before; memory is committed as blocks are first used. vLLM "
+        "still checks at start that the cache fits in the memory "
+        "available, but the memory is not reserved: what other "
+        "processes take after the start is missing when the cache fills "
+        "(size it with --kv-cache-memory-bytes on a shared host)."
+    ),
+    upstream=(
+        "none yet: to be proposed to vLLM (a platform hook for the KV "
+        "cache allocator, or torch.empty where the allocator guarantees "
+        "zero pages)"
+    ),
+    remove_when="vLLM's CPU worker allocates its KV cache without writing it",
+    vllm_versions=SUPPORTED_VLLM,
+    fingerprint="b601983f70bf2ee9",
 )

@@ -1,0 +1,31 @@
+"""The process's patch registry, built from the patch modules in the order
+they are applied within each stage."""
+
+from vllm_bridge.patches.platform import (
+    async_llm_quiet_shutdown,
+    config_error_exit,
+    isa_auto_dtype,
+    isa_switch,
+)
+from vllm_bridge.patches.startup import vllm_cpu_metadata_alias
+from vllm_bridge.patches.worker import (
+    compile_cache_isa_key,
+    compile_cache_load,
+    isa_linear_kernel,
+    kv_cache_zero_pages,
+)
+from vllm_bridge.patching.registry import Registry
+
+REGISTRY = Registry(
+    [
+        vllm_cpu_metadata_alias.PATCH,
+        config_error_exit.PATCH,
+        isa_switch.PATCH,
+        isa_auto_dtype.PATCH,
+        async_llm_quiet_shutdown.PATCH,
+        compile_cache_load.PATCH,
+        compile_cache_isa_key.PATCH,
+        kv_cache_zero_pages.PATCH,
+        isa_linear_kernel.PATCH,
+    ]
+)

@@ -1,0 +1,1 @@
+"""Patches of the `platform` stage (see docs/patches.md)."""

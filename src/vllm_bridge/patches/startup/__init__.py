@@ -1,0 +1,1 @@
+"""Patches of the `startup` stage (see docs/patches.md)."""

@@ -1,0 +1,1 @@
+"""Patches of the `worker` stage (see docs/patches.md)."""

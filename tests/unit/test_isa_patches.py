@@ -1,0 +1,127 @@
+"""The ISA patches against the real vLLM functions they wrap; each test
+also shows what vLLM does without the patch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.config_support import build
+from vllm_bridge import envs
+from vllm_bridge.device import isa
+from vllm_bridge.patches.catalogue import REGISTRY
+from vllm_bridge.patches.worker import isa_linear_kernel
+
+pytestmark = pytest.mark.usefixtures("restore_environ")
+NATIVE = isa.classify(isa.platform.machine(), isa.cpu_flags())
+AVX2_MACHINE = {"avx2", "fma"} <= isa.cpu_flags()
+
+
+@pytest.fixture
+def worker_stage() -> Iterator[None]:
+    """The worker-stage patches, as in a worker process; reverted after."""
+    REGISTRY.apply("worker")
+    yield
+    for patch in REGISTRY.patches("worker"):
+        REGISTRY.revert(patch.name)
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, out_features: int, in_features: int) -> None:
+        super().__init__()
+        torch.manual_seed(out_features)
+        self.weight = torch.nn.Parameter(
+            torch.randn(out_features, in_features).bfloat16(), requires_grad=False
+        )
+
+
+def dispatch(layer: Layer, remove_weight: bool) -> None:
+    from vllm.model_executor.layers import utils
+
+    utils.dispatch_cpu_unquantized_gemm(layer, remove_weight)
+
+
+@pytest.mark.skipif(not AVX2_MACHINE, reason="the kernel needs x86-64 with AVX2")
+def test_bridge_kernel_takes_bf16_layers_when_resolved(worker_stage, monkeypatch):
+    monkeypatch.setenv(envs.LINEAR_KERNEL.name, "bridge")
+    layer = Layer(48, 64)
+    weight = layer.weight.detach().clone()
+    before = len(isa_linear_kernel.layers_on_bridge_kernel)
+    dispatch(layer, remove_weight=True)
+    assert isa_linear_kernel.layers_on_bridge_kernel[before:] == ["48 x 64"]
+    assert layer.weight.numel() == 0  # as vLLM does: only the kernel holds it
+    x = torch.randn(3, 64).bfloat16()
+    torch.testing.assert_close(
+        layer.cpu_linear(x, layer.weight, None).float(),
+        (x.float() @ weight.float().T).bfloat16().float(),
+        rtol=8e-3,
+        atol=1e-2,
+    )
+
+
+@pytest.mark.skipif(not AVX2_MACHINE, reason="the kernel needs x86-64 with AVX2")
+def test_without_the_patch_vllm_dispatches_the_layer(worker_stage, monkeypatch):
+    monkeypatch.setenv(envs.LINEAR_KERNEL.name, "bridge")
+    layer = Layer(48, 64)
+    before = len(isa_linear_kernel.layers_on_bridge_kernel)
+    with REGISTRY.reverted("isa-linear-kernel"):
+        dispatch(layer, remove_weight=False)
+    assert isa_linear_kernel.layers_on_bridge_kernel[before:] == []
+    assert layer.weight.numel() == 48 * 64
+
+
+@pytest.mark.parametrize("setting", ["vllm", "auto"])
+def test_other_settings_leave_the_layer_to_vllm(worker_stage, monkeypatch, setting):
+    monkeypatch.setenv(envs.LINEAR_KERNEL.name, setting)
+    before = len(isa_linear_kernel.layers_on_bridge_kernel)
+    dispatch(Layer(16, 32), remove_weight=False)
+    assert isa_linear_kernel.layers_on_bridge_kernel[before:] == []
+
+
+def test_compile_cache_key_holds_the_isa_class(worker_stage, tiny_model: Path):
+    from vllm.compilation import caching
+
+    config = build(tiny_model)
+    factors = caching.aot_compile_hash_factors(config)
+    assert factors[-1] == f"vllm-bridge isa class {isa.detect().effective}"
+    with REGISTRY.reverted("compile-cache-isa-key"):
+        assert caching.aot_compile_hash_factors(config) == factors[:-1]
+
+
+QUERIES = (
+    "import vllm_bridge, torch.cpu as c; "
+    "from vllm_bridge.patches.catalogue import REGISTRY; "
+    "REGISTRY.apply('platform'); "
+    "print(c._is_avx512_supported(), c._is_avx512_bf16_supported(), "
+    "c._is_amx_tile_supported(), REGISTRY.records()['isa-switch'].status)"
+)
+
+
+def torch_isa_queries(**env: str) -> list[str]:
+    return subprocess.run(
+        [sys.executable, "-c", QUERIES],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+
+
+@pytest.mark.skipif(not AVX2_MACHINE, reason="the ISA switch needs x86-64 with AVX2")
+def test_isa_switch_caps_torchs_queries_for_vllm():
+    native = torch_isa_queries(VLLM_BRIDGE_ISA="auto")
+    assert native[3] == "inactive"  # no switch, nothing to cap
+    switched = torch_isa_queries(VLLM_BRIDGE_ISA="avx2")
+    assert switched[:3] == ["False", "False", "False"]
+    assert switched[3] == ("inactive" if NATIVE == "avx2" else "applied")
+    unpatched = torch_isa_queries(
+        VLLM_BRIDGE_ISA="avx2", VLLM_BRIDGE_DISABLE_PATCHES="isa-switch"
+    )
+    # without the patch vLLM would read this CPU's own answers
+    assert unpatched[:3] == native[:3]
