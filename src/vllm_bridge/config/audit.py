@@ -1,8 +1,9 @@
 """Records of every change vllm-bridge makes to the user's configuration.
 
-Each process keeps its own records: the main process usually makes the
-changes, and the engine-core process re-runs the same rules on the already
-updated config, where a correct rule finds nothing left to change.
+Each process logs its own: the main process usually makes the changes, and
+the engine-core process re-runs the same rules on the already updated
+config, where a correct rule finds nothing left to change. Whoever needs the
+changes as data takes them with ``capture()``.
 """
 
 from __future__ import annotations
@@ -37,13 +38,7 @@ def show(value: object) -> str:
     return value.name if isinstance(value, Enum) else repr(value)
 
 
-_records: list[Change] = []
 _captures: list[list[Change]] = []
-
-
-def records() -> tuple[Change, ...]:
-    """Every change recorded in this process, oldest first."""
-    return tuple(_records)
 
 
 @contextmanager
@@ -79,7 +74,6 @@ def report(changes: list[Change]) -> None:
     """Record ``changes`` and log them as one table (nothing when empty)."""
     if not changes:
         return
-    _records.extend(changes)
     for captured in _captures:
         captured.extend(changes)
     logger.info(

@@ -76,8 +76,8 @@ def worker_class(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
             "parallel_config.worker_cls",
             "auto",
             WORKER_CLASS,
-            "the vllm-bridge worker requests AMX tile permission and applies "
-            "worker-stage patches before the first step",
+            "the vllm-bridge worker requests AMX tile permission (on CPUs with "
+            "AMX) and applies worker-stage patches before the first step",
             "worker_class",
         )
     ]
