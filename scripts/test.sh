@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up (idempotent), lint, and run the whole test suite. Extra arguments go
-# to pytest (e.g. `bash scripts/test.sh tests/unit -x`).
+# to pytest (e.g. `bash scripts/test.sh tests/unit -x`, or `-n 0` for one
+# process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # vLLM's compile cache, vllm-bridge's kernels and the models the tests
@@ -11,4 +12,8 @@ bash scripts/setup.sh
 
 .venv/bin/ruff check src tests benchmarks scripts
 .venv/bin/ruff format --check src tests benchmarks scripts
-exec .venv/bin/python -m pytest "$@"
+# Two test files at a time (each file's tests stay in one process, so one
+# engine serves a module): an engine start is mostly single-threaded
+# (imports, dynamo, inductor), so two of them fill two cores. `-n 0` after
+# this runs everything in one process.
+exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"

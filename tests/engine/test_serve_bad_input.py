@@ -11,8 +11,11 @@ from tests.conftest import run_venv_command
 
 pytestmark = pytest.mark.engine
 
-# One case per way bad input reaches `vllm serve` (each message itself is
-# checked by the unit tests of the loader and the rules, without a server):
+# One case per way bad input reaches `vllm serve`: a setting read by the
+# config loader (a VLLM_BRIDGE_* variable goes the same way as this key), a
+# variable read when the plugin loads, a rule in strict mode. Each message
+# itself is checked by the unit tests of the loader and the rules, and
+# malformed --additional-config by tests/unit/test_serve_parser.py.
 # (extra `vllm serve` arguments, environment, what the message must say)
 CASES = [
     (
@@ -20,7 +23,6 @@ CASES = [
         {},
         "unknown key 'kv_cache_shar'; did you mean 'kv_cache_share'?",
     ),
-    ([], {"VLLM_BRIDGE_KV_CACHE_SHARE": "half"}, "VLLM_BRIDGE_KV_CACHE_SHARE='half'"),
     ([], {"VLLM_BRIDGE_DISABLE": "maybe"}, "VLLM_BRIDGE_DISABLE='maybe' is invalid"),
     (
         ["--enable-dbo"],
@@ -64,19 +66,3 @@ def test_without_the_patch_the_traceback_comes_back(tiny_model: Path):
     assert proc.returncode == 1
     assert "Traceback" in proc.stderr
     assert message in proc.stderr
-
-
-@pytest.mark.parametrize(
-    ("value", "message"),
-    [
-        ("{kv_cache_share: 0.3", "argument --additional-config: not valid JSON"),
-        ("[0.3]", "must be a JSON object of vllm-bridge keys"),
-    ],
-)
-def test_malformed_additional_config_is_a_usage_error(
-    tiny_model: Path, value: str, message: str
-):
-    proc = serve(tiny_model, "--additional-config", value, env={})
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert message in proc.stderr
-    assert "Traceback" not in proc.stdout + proc.stderr

@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from tests.conftest import run_venv_command
 from tests.snapshots import assert_matches_snapshot
 from vllm_bridge import envs
 from vllm_bridge.device import isa
 from vllm_bridge.ops import native
-from vllm_bridge.tools import doctor
+from vllm_bridge.tools import cli, doctor
 
 AVX2_MACHINE = {"avx2", "fma"} <= isa.cpu_flags()
 # Checks whose details are facts of the machine (sizes, core ids, libraries
@@ -53,13 +54,12 @@ def test_doctor_command_report_as_an_avx2_cpu():
     assert_matches_snapshot("doctor_avx2.txt", _mask(proc.stdout))
 
 
-def test_doctor_command_exits_1_on_an_error():
-    proc = run_venv_command(
-        "vllm-bridge", "doctor", env={"VLLM_BRIDGE_KV_CACHE_SHARE": "lots"}
-    )
-    assert proc.returncode == 1
+def test_doctor_command_exits_1_on_an_error(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("VLLM_BRIDGE_KV_CACHE_SHARE", "lots")
+    result = CliRunner().invoke(cli.app, ["doctor"])
+    assert result.exit_code == 1
     assert "error  settings: VLLM_BRIDGE_KV_CACHE_SHARE='lots' is invalid" in (
-        proc.stdout
+        result.stdout
     )
 
 

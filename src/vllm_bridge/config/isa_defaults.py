@@ -20,7 +20,7 @@ BRIDGE_LINEAR_OP = "vllm_bridge::bf16_linear"
 
 # x86 classes without bf16 arithmetic. On both, vllm-bridge's AVX2 kernel
 # runs bf16 weights with float32 arithmetic: oneDNN refuses bf16 on AVX2
-# and, on AVX-512 without BF16, runs it at a quarter of its float32 rate
+# and, on AVX-512 without BF16, runs it at about a third of its float32 rate
 # (docs/benchmarks.md, "Every CPU").
 NO_BF16_ARITHMETIC: frozenset[IsaClass] = frozenset({"avx2", "avx512"})
 
