@@ -9,10 +9,10 @@ module; a real second start of a compiled model keeps nothing compiled in
 memory from the first; and the ISA switch (VLLM_BRIDGE_ISA) acts only from
 interpreter start.
 
-    python -m tests.engine.generate_in_subprocess MODEL [DTYPE]
+    python -m tests.engine.generate_in_subprocess MODEL [DTYPE [eager]]
 
 DTYPE defaults to float32 (the reference's); ``auto`` lets vllm-bridge and
-vLLM choose.
+vLLM choose. ``eager`` adds ``enforce_eager=True``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,11 @@ from vllm_bridge.config import audit
 
 if __name__ == "__main__":
     dtype = sys.argv[2] if len(sys.argv) > 2 else "float32"
-    with audit.capture() as changes, running_llm(sys.argv[1], dtype=dtype) as llm:
+    eager = sys.argv[3:] == ["eager"]
+    with (
+        audit.capture() as changes,
+        running_llm(sys.argv[1], dtype=dtype, enforce_eager=eager) as llm,
+    ):
         tokens = greedy(llm)
         calls = kernel_calls(llm)
         (report,) = llm.collective_rpc("bridge_report")

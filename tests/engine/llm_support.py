@@ -47,7 +47,7 @@ def kernel_calls(llm: LLM) -> dict[str, int]:
 
 
 def generate_in_subprocess(
-    model: Path, dtype: str = "float32", **env: str
+    model: Path, dtype: str = "float32", eager: bool = False, **env: str
 ) -> dict[str, Any]:
     """tests/engine/generate_in_subprocess.py's result, with ``env`` added."""
     proc = subprocess.run(
@@ -57,6 +57,7 @@ def generate_in_subprocess(
             "tests.engine.generate_in_subprocess",
             str(model),
             dtype,
+            *(["eager"] if eager else []),
         ],
         cwd=REPO,
         env={**os.environ, **env},

@@ -1,30 +1,38 @@
-"""LLM(model=tiny, enforce_eager=True): the C++ kernels of the eager path."""
+"""LLM(model=tiny, enforce_eager=True) with VLLM_ENABLE_V1_MULTIPROCESSING=0:
+the C++ kernels of the eager path, with engine and worker in one process.
+One engine for both (the compiled multiprocess path is
+tests/engine/test_llm_compiled.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from vllm import LLM
 
-from tests.engine.llm_support import greedy, kernel_calls, running_llm
+from tests.engine.llm_support import generate_in_subprocess
 
 pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module")
-def llm(tiny_model: Path) -> Iterator[LLM]:
-    with running_llm(tiny_model, dtype="float32", enforce_eager=True) as engine:
-        yield engine
+def result(tiny_model: Path) -> dict:
+    return generate_in_subprocess(
+        tiny_model, eager=True, VLLM_ENABLE_V1_MULTIPROCESSING="0"
+    )
 
 
-def test_greedy_tokens_match_transformers(llm: LLM, hf_greedy: list[list[int]]):
-    assert greedy(llm) == hf_greedy
+def test_greedy_tokens_match_transformers(result: dict, hf_greedy):
+    assert result["tokens"] == hf_greedy
 
 
-def test_hot_paths_run_vllm_cpu_kernels(llm: LLM):
-    calls = kernel_calls(llm)
+def test_worker_is_in_this_process_and_bridged(result: dict):
+    assert result["executor"] == "uni"
+    assert result["report"]["platform"] == "vllm_bridge.platform.BridgePlatform"
+    assert result["report"]["worker_class"] == "vllm_bridge.worker.BridgeWorker"
+
+
+def test_hot_paths_run_vllm_cpu_kernels(result: dict):
+    calls = result["calls"]
     for kernel in (
         "_C::onednn_mm",
         "_C::rms_norm",  # through vllm-bridge's IR provider
