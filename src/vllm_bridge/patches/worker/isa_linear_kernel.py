@@ -55,9 +55,9 @@ PATCH = Patch(
         "On CPUs without bf16 arithmetic (AVX2; AVX-512 without BF16) vLLM "
         "gives bf16 linear layers to oneDNN, which refuses them on AVX2 "
         "('Failed to create oneDNN linear, fallback to torch linear') and "
-        "runs them at about a third of its float32 rate on AVX-512: on the "
-        "0.5b preset's layers at 32 rows PyTorch's fallback GEMM reaches 26 "
-        "GFLOP/s where float32 runs at 87 (docs/benchmarks.md)."
+        "runs them at about a third of its float32 rate on AVX-512. On AVX2, "
+        "on the 0.5b preset's layers at 32 rows, PyTorch's fallback GEMM "
+        "reaches 26 GFLOP/s where float32 runs at 87 (docs/benchmarks.md)."
     ),
     how=(
         "When VLLM_BRIDGE_LINEAR_KERNEL resolves to 'bridge' (by default on "
