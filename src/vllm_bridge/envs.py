@@ -51,6 +51,21 @@ def parse_float_in(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
+def parse_int_in(low: int, high: int) -> Callable[[str], int]:
+    """A whole number in [low, high]."""
+
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError("expected a whole number") from None
+        if not low <= value <= high:
+            raise ValueError(f"expected a whole number in [{low}, {high}]")
+        return value
+
+    return parse
+
+
 def parse_choice(*choices: str) -> Callable[[str], str]:
     def parse(raw: str) -> str:
         value = raw.strip().lower()
@@ -135,6 +150,18 @@ KV_CACHE_SHARE = EnvVar(
     key="kv_cache_share",
     allowed="a number in (0, 0.9]",
 )
+DRAIN_TIMEOUT_RANGE = (0, 3600)
+"""(inclusive low, inclusive high), seconds"""
+DRAIN_TIMEOUT = EnvVar(
+    "VLLM_BRIDGE_DRAIN_TIMEOUT",
+    parse_int_in(*DRAIN_TIMEOUT_RANGE),
+    25,
+    "seconds that SIGTERM/SIGINT lets in-flight requests finish before "
+    "`vllm serve` stops (vLLM's --shutdown-timeout, when you give none); "
+    "0 aborts them at once, as vLLM does by default",
+    key="drain_timeout",
+    allowed="a whole number of seconds in [0, 3600]",
+)
 ISA = EnvVar(
     "VLLM_BRIDGE_ISA",
     parse_choice(*get_args(IsaRequest)),
@@ -160,6 +187,7 @@ ALL: tuple[EnvVar[object], ...] = (  # type: ignore[assignment]
     STRICT,
     COMPILE_MODE,
     KV_CACHE_SHARE,
+    DRAIN_TIMEOUT,
     ISA,
     LINEAR_KERNEL,
 )

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+import openai
 
 from tests.conftest import VENV_BIN
 
@@ -40,8 +44,11 @@ class Server:
         return self.process.wait(timeout=timeout_s)
 
 
-def start_server(model: Path, log_path: Path, *extra: str) -> Server:
-    """`vllm serve MODEL` with no tuning flags; returns once /health answers."""
+def start_server(
+    model: Path, log_path: Path, *extra: str, env: dict[str, str] | None = None
+) -> Server:
+    """`vllm serve MODEL` with no tuning flags (``env`` adds variables);
+    returns once /health answers."""
     port = free_port()
     log_file = log_path.open("w")
     process = subprocess.Popen(
@@ -58,6 +65,7 @@ def start_server(model: Path, log_path: Path, *extra: str) -> Server:
         stdout=log_file,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
     server = Server(process, port, log_path)
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -78,3 +86,64 @@ def start_server(model: Path, log_path: Path, *extra: str) -> Server:
     raise TimeoutError(
         f"vllm serve not healthy in {START_TIMEOUT_S}s:\n{server.log()[-4000:]}"
     )
+
+
+@dataclass
+class StreamOutcome:
+    tokens: int = 0
+    finish_reason: str | None = None
+    error: str | None = None
+    ended_at: float = 0.0
+
+
+class InFlightStreams:
+    """Streaming completions running in threads, through the official openai
+    client; ``start`` returns once every stream has received a token."""
+
+    def __init__(self, server: Server, model: Path, count: int, max_tokens: int):
+        self.client = openai.OpenAI(
+            base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0
+        )
+        self.model = str(model)
+        self.max_tokens = max_tokens
+        self.outcomes = [StreamOutcome() for _ in range(count)]
+        self._first_token = [threading.Event() for _ in range(count)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(index,), daemon=True)
+            for index in range(count)
+        ]
+
+    def _run(self, index: int) -> None:
+        outcome = self.outcomes[index]
+        try:
+            stream = self.client.completions.create(
+                model=self.model,
+                prompt="The cat",
+                max_tokens=self.max_tokens,
+                temperature=0,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
+            for chunk in stream:
+                if chunk.choices:
+                    outcome.tokens += 1
+                    outcome.finish_reason = chunk.choices[0].finish_reason
+                self._first_token[index].set()
+        except openai.APIError as error:
+            outcome.error = str(error)
+        finally:
+            outcome.ended_at = time.monotonic()
+            self._first_token[index].set()
+
+    def start(self, timeout_s: float = 120) -> InFlightStreams:
+        for thread in self._threads:
+            thread.start()
+        for event in self._first_token:
+            if not event.wait(timeout_s):
+                raise TimeoutError(f"no token within {timeout_s}s")
+        return self
+
+    def join(self, timeout_s: float = 120) -> list[StreamOutcome]:
+        for thread in self._threads:
+            thread.join(timeout_s)
+        return self.outcomes

@@ -8,11 +8,13 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
 from tests.conftest import run_venv_command
-from tests.engine.server_support import Server, start_server
+from tests.engine.bad_requests import CASES, MODEL, BadRequest
+from tests.engine.server_support import InFlightStreams, Server, start_server
 
 pytestmark = pytest.mark.engine
 
@@ -123,15 +125,59 @@ def test_vllm_bench_serve_client(server: Server, tiny_model: Path):
     assert re.search(r"Successful requests:\s+4", proc.stdout), proc.stdout[-3000:]
 
 
-def assert_clean_exit(server: Server, sig: signal.Signals) -> None:
-    code = server.stop(sig)
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_bad_request_gets_a_4xx_naming_the_problem(
+    client: openai.OpenAI, server: Server, tiny_model: Path, case: BadRequest
+):
+    path = "/" + case.endpoint.replace(".", "/")
+    if case.raw is None:
+        # The official client's raw POST: its typed methods refuse some of
+        # these bodies before sending them.
+        body = {
+            key: str(tiny_model) if value == MODEL else value
+            for key, value in case.body.items()
+        }
+        with pytest.raises(openai.APIStatusError) as raised:
+            client.post(path, body=body, cast_to=object)
+        status, message = raised.value.status_code, str(raised.value.body)
+    else:
+        # Bytes that are not JSON cannot go through the openai client.
+        reply = httpx.post(
+            f"{server.base_url}/v1{path}",
+            content=case.raw,
+            headers={"content-type": "application/json"},
+            timeout=60,
+        )
+        status, message = reply.status_code, reply.text
+    assert status == case.status, message
+    assert case.message in message
+    after = client.completions.create(
+        model=str(tiny_model), prompt="The cat", max_tokens=2, temperature=0
+    )
+    assert after.usage.completion_tokens == 2
+
+
+def test_bad_requests_left_no_error_in_the_log(server: Server):
+    """Runs after the bad requests (module order): a client's mistake is
+    the client's, not a server error."""
+    assert "Traceback" not in server.log()
+    assert "ERROR" not in server.log()
+
+
+def test_sigterm_lets_in_flight_requests_finish_and_exits_0(
+    server: Server, tiny_model: Path
+):
+    """Last in this module: it stops the shared server (SIGTERM, as systemd
+    and Kubernetes send; Ctrl-C's SIGINT takes the same handler). The
+    shutdown_drain rule sets vLLM's --shutdown-timeout: at vLLM's default
+    (0) these streams would be aborted."""
+    streams = InFlightStreams(server, tiny_model, count=3, max_tokens=300).start()
+    status = server.stop(signal.SIGTERM)
     log = server.log()
-    assert code == 0, log[-3000:]
+    assert status == 0, log[-3000:]
+    assert "mode=drain" in log
+    for outcome in streams.join():
+        assert outcome.error is None, outcome
+        assert (outcome.finish_reason, outcome.tokens) == ("length", 300)
     assert "Traceback" not in log
     assert "ERROR" not in log
-
-
-def test_sigterm_shuts_down_cleanly(server: Server):
-    """Last in this module: it stops the shared server (SIGTERM, as
-    systemd and Kubernetes send; Ctrl-C's SIGINT takes the same handler)."""
-    assert_clean_exit(server, signal.SIGTERM)

@@ -108,6 +108,32 @@ def test_explicit_worker_class_is_kept(tiny_model: Path):
     assert config.parallel_config.worker_cls == "vllm.v1.worker.cpu_worker.CPUWorker"
 
 
+def test_sigterm_drains_in_flight_requests_by_default(tiny_model: Path):
+    from vllm_bridge import envs
+
+    config, changes = build_recording(tiny_model)
+    assert config.shutdown_timeout == envs.DRAIN_TIMEOUT.default
+    change = changes["shutdown_timeout"]
+    assert (change.rule, change.requested) == ("shutdown_drain", 0)
+    assert "in-flight requests" in change.reason
+
+
+def test_drain_timeout_key_sets_the_drain(tiny_model: Path):
+    assert (
+        build(tiny_model, additional_config={"drain_timeout": 7}).shutdown_timeout == 7
+    )
+
+
+def test_drain_timeout_0_keeps_vllms_abort(tiny_model: Path):
+    assert (
+        build(tiny_model, additional_config={"drain_timeout": 0}).shutdown_timeout == 0
+    )
+
+
+def test_explicit_shutdown_timeout_is_kept(tiny_model: Path):
+    assert build(tiny_model, shutdown_timeout=90).shutdown_timeout == 90
+
+
 def test_kv_budget_reason_names_the_memory(tiny_model: Path):
     config = build(tiny_model)
     config.cache_config.kv_cache_memory_bytes = None

@@ -102,6 +102,10 @@ BAD_INPUTS = [
     ({"kv_cache_share": 0.95}, {}, ["'kv_cache_share' = 0.95 is invalid", "0.9"]),
     ({"kv_cache_share": True}, {}, ["'kv_cache_share' = True is invalid"]),
     ({"kv_cache_share": [0.3]}, {}, ["'kv_cache_share' = [0.3] is invalid"]),
+    ({"drain_timeout": -1}, {}, ["'drain_timeout' = -1 is invalid", "[0, 3600]"]),
+    ({"drain_timeout": 2.5}, {}, ["'drain_timeout' = 2.5 is invalid"]),
+    ({"drain_timeout": "30"}, {}, ["'drain_timeout' = '30' is invalid"]),
+    ({"drain_timeout": 7200}, {}, ["'drain_timeout' = 7200 is invalid", "3600"]),
     (None, {"VLLM_BRIDGE_STRICT": "2"}, ["VLLM_BRIDGE_STRICT='2' is invalid"]),
     (None, {"VLLM_BRIDGE_STRICT": "enable"}, ["VLLM_BRIDGE_STRICT='enable'"]),
     (
@@ -149,6 +153,16 @@ BAD_INPUTS = [
         None,
         {"VLLM_BRIDGE_DISABLE_PATCH": "all"},
         ["VLLM_BRIDGE_DISABLE_PATCH", "VLLM_BRIDGE_DISABLE_PATCHES"],
+    ),
+    (
+        None,
+        {"VLLM_BRIDGE_DRAIN_TIMEOUT": "30s"},
+        ["VLLM_BRIDGE_DRAIN_TIMEOUT='30s' is invalid", "expected a whole number"],
+    ),
+    (
+        None,
+        {"VLLM_BRIDGE_DRAIN_TIMEOUT": "-5"},
+        ["VLLM_BRIDGE_DRAIN_TIMEOUT='-5' is invalid", "[0, 3600]"],
     ),
     (
         None,

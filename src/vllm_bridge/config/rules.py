@@ -280,6 +280,25 @@ def omp_spin_wait(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]
     ]
 
 
+def shutdown_drain(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
+    """vLLM's default (0) aborts every in-flight request on SIGTERM; a
+    positive --shutdown-timeout is the user's own choice and stays."""
+    if vllm_config.shutdown_timeout != 0 or bridge.drain_timeout == 0:
+        return []
+    vllm_config.shutdown_timeout = bridge.drain_timeout
+    return [
+        Change(
+            "shutdown_timeout",
+            0,
+            bridge.drain_timeout,
+            "SIGTERM (systemd, Kubernetes, docker stop) lets in-flight requests "
+            f"finish for up to {bridge.drain_timeout} s instead of aborting them; "
+            "the default fits Kubernetes' 30 s grace period",
+            "shutdown_drain",
+        )
+    ]
+
+
 def isa_switch(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
     """Record the ATen/oneDNN/MKL caps the interpreter-start stage set for
     VLLM_BRIDGE_ISA (in the engine core they are inherited, not set)."""
@@ -354,4 +373,5 @@ AFTER_BUILTIN = (
     Rule("kv_cache_budget", kv_cache_budget),
     Rule("thread_binding", thread_binding),
     Rule("omp_spin_wait", omp_spin_wait),
+    Rule("shutdown_drain", shutdown_drain),
 )

@@ -37,6 +37,12 @@ class BridgeConfig(BaseModel):
         le=envs.KV_CACHE_SHARE_RANGE[1],
         description=envs.KV_CACHE_SHARE.allowed,
     )
+    drain_timeout: int = Field(
+        default=envs.DRAIN_TIMEOUT.default,
+        ge=envs.DRAIN_TIMEOUT_RANGE[0],
+        le=envs.DRAIN_TIMEOUT_RANGE[1],
+        description=envs.DRAIN_TIMEOUT.allowed,
+    )
 
 
 # Where each key's default comes from when --additional-config leaves it out.

@@ -4,6 +4,7 @@ they are applied within each stage."""
 from vllm_bridge.patches.platform import (
     async_llm_quiet_shutdown,
     config_error_exit,
+    engine_death_exit_status,
     isa_auto_dtype,
     isa_switch,
 )
@@ -23,6 +24,7 @@ REGISTRY = Registry(
         isa_switch.PATCH,
         isa_auto_dtype.PATCH,
         async_llm_quiet_shutdown.PATCH,
+        engine_death_exit_status.PATCH,
         compile_cache_load.PATCH,
         compile_cache_isa_key.PATCH,
         kv_cache_zero_pages.PATCH,

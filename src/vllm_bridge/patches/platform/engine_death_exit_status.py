@@ -1,0 +1,123 @@
+"""`vllm serve` exits with status 1, within a second, when its engine core
+or a worker dies: a supervisor restarts only a server that says it failed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from vllm_bridge.compat import SUPPORTED_VLLM
+from vllm_bridge.log import get_logger
+from vllm_bridge.patching.spec import Patch
+
+POLL_INTERVAL_S = 0.2
+EXIT_MESSAGE = (
+    "vllm-bridge: error: the engine stopped while serving (a worker or the "
+    "engine-core process died; the log above names the cause). vllm serve "
+    "exits with status 1 so that a supervisor (systemd Restart=on-failure, "
+    "Kubernetes) restarts it."
+)
+
+logger = get_logger("engine_death")
+
+
+class EngineDeathWatch:
+    """Tells a shutdown the user asked for (the engine alive when it began)
+    from a dead engine (the engine already errored when its shutdown
+    began), and starts vLLM's own shutdown path as soon as the engine dies.
+    """
+
+    def __init__(self, engine_client: Any) -> None:
+        self.engine_client = engine_client
+        self.shutdown_began = False
+        self.died = False
+        shutdown = engine_client.shutdown
+
+        @functools.wraps(shutdown)
+        def recording_shutdown(*args: Any, **kwargs: Any) -> None:
+            if not self.shutdown_began:
+                self.shutdown_began = True
+                self.died = bool(engine_client.errored)
+            shutdown(*args, **kwargs)
+
+        engine_client.shutdown = recording_shutdown
+
+    async def watch(self) -> None:
+        import vllm.envs
+
+        if vllm.envs.VLLM_KEEP_ALIVE_ON_ENGINE_DEATH:
+            return  # the user asked the server to outlive its engine
+        while not self.shutdown_began:
+            if self.engine_client.errored:
+                logger.error(
+                    "vllm-bridge: the engine died while serving; stopping the server"
+                )
+                # The handler vLLM's HTTP server installed for SIGTERM runs
+                # its whole shutdown; vLLM's own watchdog would take up to 5 s.
+                signal.raise_signal(signal.SIGTERM)
+                return
+            await asyncio.sleep(POLL_INTERVAL_S)
+
+
+async def _exit_if_engine_died(
+    shutdown: Awaitable[Any], death_watch: EngineDeathWatch
+) -> None:
+    await shutdown
+    if death_watch.died:
+        raise SystemExit(EXIT_MESSAGE)
+
+
+def exit_nonzero_on_engine_death(
+    original: Callable[..., Awaitable[Any]],
+) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(original)
+    async def build_and_serve(engine_client: Any, *args: Any, **kwargs: Any) -> Any:
+        death_watch = EngineDeathWatch(engine_client)
+        watch_task = asyncio.create_task(death_watch.watch())
+        try:
+            shutdown = await original(engine_client, *args, **kwargs)
+        finally:
+            watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch_task
+        # The caller awaits this after it has shut the engine client down,
+        # when the verdict is known.
+        return _exit_if_engine_died(shutdown, death_watch)
+
+    return build_and_serve
+
+
+PATCH = Patch(
+    name="engine-death-exit-status",
+    target="vllm.entrypoints.launchers.api_server.entry:build_and_serve",
+    stage="platform",
+    kind="wrap",
+    new=exit_nonzero_on_engine_death,
+    why=(
+        "When a worker or the engine-core process dies (OOM killer, a crash "
+        "in a kernel), `vllm serve` fails the in-flight requests and then "
+        "exits with status 0, up to 5 s later (its watchdog's period): "
+        "systemd's Restart=on-failure and Kubernetes' restartPolicy "
+        "OnFailure take that for a clean stop and leave the service down."
+    ),
+    how=(
+        "The wrapped build_and_serve records whether the engine client had "
+        "already errored when its shutdown began (a dead engine) or not (a "
+        "requested shutdown), polls the engine every 0.2 s while serving and "
+        "on its death raises SIGTERM to start vLLM's own shutdown path; the "
+        "shutdown it returns ends with SystemExit(1) and one line when the "
+        "engine had died. VLLM_KEEP_ALIVE_ON_ENGINE_DEATH keeps vLLM's "
+        "behaviour."
+    ),
+    upstream=(
+        "none yet: to be reported to vLLM (the API server should exit "
+        "non-zero after an engine death)"
+    ),
+    remove_when="`vllm serve` exits non-zero when its engine dies",
+    vllm_versions=SUPPORTED_VLLM,
+    fingerprint="641890293f037488",
+)
