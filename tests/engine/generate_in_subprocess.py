@@ -9,10 +9,12 @@ module; a real second start of a compiled model keeps nothing compiled in
 memory from the first; and the ISA switch (VLLM_BRIDGE_ISA) acts only from
 interpreter start.
 
-    python -m tests.engine.generate_in_subprocess MODEL [DTYPE [eager]]
+    python -m tests.engine.generate_in_subprocess MODEL [DTYPE [eager [KWARGS]]]
 
 DTYPE defaults to float32 (the reference's); ``auto`` lets vllm-bridge and
-vLLM choose. ``eager`` adds ``enforce_eager=True``.
+vLLM choose. ``eager`` adds ``enforce_eager=True``; KWARGS, a JSON object,
+more arguments of LLM(...). The result also counts the scheduler's
+preemptions.
 """
 
 from __future__ import annotations
@@ -25,12 +27,24 @@ from vllm_bridge.config import audit
 
 if __name__ == "__main__":
     dtype = sys.argv[2] if len(sys.argv) > 2 else "float32"
-    eager = sys.argv[3:] == ["eager"]
+    eager = sys.argv[3:4] == ["eager"]
+    kwargs = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
     with (
         audit.capture() as changes,
-        running_llm(sys.argv[1], dtype=dtype, enforce_eager=eager) as llm,
+        running_llm(
+            sys.argv[1],
+            dtype=dtype,
+            enforce_eager=eager,
+            disable_log_stats=False,
+            **kwargs,
+        ) as llm,
     ):
         tokens = greedy(llm)
+        preemptions = sum(
+            metric.value
+            for metric in llm.get_metrics()
+            if metric.name == "vllm:num_preemptions"
+        )
         calls = kernel_calls(llm)
         (report,) = llm.collective_rpc("bridge_report")
         executor = (
@@ -41,6 +55,7 @@ if __name__ == "__main__":
         "report": report,
         "executor": executor,
         "calls": calls,
+        "preemptions": preemptions,
         "changes": {
             c.option: [audit.show(c.requested), audit.show(c.applied)] for c in changes
         },

@@ -47,9 +47,14 @@ def kernel_calls(llm: LLM) -> dict[str, int]:
 
 
 def generate_in_subprocess(
-    model: Path, dtype: str = "float32", eager: bool = False, **env: str
+    model: Path,
+    dtype: str = "float32",
+    eager: bool = False,
+    llm_kwargs: dict[str, Any] | None = None,
+    **env: str,
 ) -> dict[str, Any]:
-    """tests/engine/generate_in_subprocess.py's result, with ``env`` added."""
+    """tests/engine/generate_in_subprocess.py's result, with ``env`` added
+    and ``llm_kwargs`` given to LLM(...)."""
     proc = subprocess.run(
         [
             sys.executable,
@@ -57,7 +62,8 @@ def generate_in_subprocess(
             "tests.engine.generate_in_subprocess",
             str(model),
             dtype,
-            *(["eager"] if eager else []),
+            "eager" if eager else "compiled",
+            json.dumps(llm_kwargs or {}),
         ],
         cwd=REPO,
         env={**os.environ, **env},

@@ -168,13 +168,55 @@ def test_vllm_cpu_kvcache_space_is_kept(tiny_model: Path, monkeypatch):
     assert config.cache_config.kv_cache_memory_bytes == 2**30
 
 
-def test_not_enough_memory_names_the_fix(tiny_model: Path, monkeypatch):
+def test_kv_share_too_small_for_one_sequence_names_the_fix(
+    tiny_model: Path, monkeypatch
+):
+    config = build(tiny_model)
+    weights = rules._local_weights_bytes(config)
+    one_sequence = rules._kv_bytes_per_token(config) * config.model_config.max_model_len
     # Mocked: this machine cannot be made to run out of memory on demand.
-    monkeypatch.setattr(cpu, "available_memory_bytes", lambda: 2**20)
+    # Weights and one sequence fit, but half of what is left after the
+    # weights (kv_cache_share=0.5) holds less than one sequence.
+    monkeypatch.setattr(
+        cpu, "available_memory_bytes", lambda: weights + one_sequence * 3 // 2
+    )
     with pytest.raises(
         BridgeConfigError, match=r"max_model_len.*--kv-cache-memory-bytes"
     ):
         build(tiny_model)
+
+
+def test_weights_larger_than_memory_are_refused_before_loading(
+    large_model: Path, monkeypatch
+):
+    # Mocked: this machine cannot be made to run out of memory on demand.
+    monkeypatch.setattr(cpu, "available_memory_bytes", lambda: 150 * 2**20)
+    with pytest.raises(BridgeConfigError) as info:
+        build(large_model)
+    message = str(info.value)
+    assert "does not fit in the memory available now (150 MiB)" in message
+    assert "weights (201 MiB on disk)" in message
+    assert "a quantized or smaller model" in message
+
+
+def test_long_max_model_len_that_does_not_fit_names_the_fix(
+    tiny_model: Path, monkeypatch
+):
+    monkeypatch.setattr(cpu, "available_memory_bytes", lambda: 2 * 2**20)
+    with pytest.raises(BridgeConfigError) as info:
+        build(tiny_model)
+    message = str(info.value)
+    assert "one sequence of max_model_len=2048 tokens" in message
+    assert "a lower --max-model-len" in message
+    build(tiny_model, max_model_len=256)
+
+
+def test_kv_cache_larger_than_memory_is_refused(tiny_model: Path):
+    available = cpu.available_memory_bytes()
+    with pytest.raises(BridgeConfigError) as info:
+        build(tiny_model, kv_cache_memory_bytes=available + 2**30)
+    assert "the KV cache you set" in str(info.value)
+    assert "a smaller --kv-cache-memory-bytes" in str(info.value)
 
 
 def test_small_model_keeps_vllms_binding(tiny_model: Path):

@@ -165,6 +165,42 @@ def _local_weights_bytes(vllm_config: VllmConfig) -> int:
     return sum(path.stat().st_size for path in weight_files)
 
 
+def memory_preflight(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
+    """Refuse, before any weight is loaded, a model whose weights and KV
+    cache cannot fit in the memory available: loading it would end in the
+    OOM killer's SIGKILL halfway, with no message."""
+    model = vllm_config.model_config
+    if model is None:
+        return []
+    available = cpu.available_memory_bytes()
+    weights = _local_weights_bytes(vllm_config)
+    per_token = _kv_bytes_per_token(vllm_config)
+    explicit_kv = vllm_config.cache_config.kv_cache_memory_bytes
+    if explicit_kv is not None:
+        kv = explicit_kv
+        kv_text = f"the KV cache you set ({_size(kv)})"
+    elif per_token is not None:
+        kv = per_token * model.max_model_len
+        kv_text = (
+            f"the KV cache of one sequence of max_model_len={model.max_model_len} "
+            f"tokens ({_size(kv)})"
+        )
+    else:
+        kv, kv_text = 0, "no KV cache counted"
+    if weights + kv <= available:
+        return []
+    fixes = ["a quantized or smaller model", "more free memory"]
+    if explicit_kv is not None:
+        fixes.insert(0, "a smaller --kv-cache-memory-bytes / VLLM_CPU_KVCACHE_SPACE")
+    elif weights < available:
+        fixes.insert(0, "a lower --max-model-len")
+    raise BridgeConfigError(
+        f"The model does not fit in the memory available now ({_size(available)}): "
+        f"its weights ({_size(weights)} on disk) and {kv_text} need "
+        f"{_size(weights + kv)}. Use {', or '.join(fixes)}."
+    )
+
+
 def kv_cache_budget(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
     # The share (kv_cache_share) leaves the rest of the memory to
     # activations, the compile cache and the other processes.
@@ -370,6 +406,7 @@ BEFORE_BUILTIN = (
 AFTER_BUILTIN = (
     Rule("isa_switch", isa_switch),
     Rule("linear_kernel", linear_kernel),
+    Rule("memory_preflight", memory_preflight),
     Rule("kv_cache_budget", kv_cache_budget),
     Rule("thread_binding", thread_binding),
     Rule("omp_spin_wait", omp_spin_wait),
