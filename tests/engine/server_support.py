@@ -8,6 +8,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,23 @@ def start_server(
     raise TimeoutError(
         f"vllm serve not healthy in {START_TIMEOUT_S}s:\n{server.log()[-4000:]}"
     )
+
+
+def wait_for_status(url: str, status: int, timeout_s: float = 10) -> bool:
+    """Whether GET ``url`` answers ``status`` within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                if reply.status == status:
+                    return True
+        except urllib.error.HTTPError as error:
+            if error.code == status:
+                return True
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return False
 
 
 @dataclass

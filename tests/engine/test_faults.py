@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from tests.engine.server_support import InFlightStreams, Server, start_server
-from vllm_bridge.patches.platform.engine_death_exit_status import EXIT_MESSAGE, PATCH
+from vllm_bridge.patches.platform.serve_shutdown_status import EXIT_MESSAGE, PATCH
 
 pytestmark = pytest.mark.engine
 

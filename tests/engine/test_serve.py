@@ -14,7 +14,13 @@ import pytest
 
 from tests.conftest import run_venv_command
 from tests.engine.bad_requests import CASES, MODEL, BadRequest
-from tests.engine.server_support import InFlightStreams, Server, start_server
+from tests.engine.server_support import (
+    InFlightStreams,
+    Server,
+    start_server,
+    wait_for_status,
+)
+from vllm_bridge.patches.platform.serve_shutdown_status import STOPPING_MESSAGE
 
 pytestmark = pytest.mark.engine
 
@@ -171,13 +177,24 @@ def test_sigterm_lets_in_flight_requests_finish_and_exits_0(
     and Kubernetes send; Ctrl-C's SIGINT takes the same handler). The
     shutdown_drain rule sets vLLM's --shutdown-timeout: at vLLM's default
     (0) these streams would be aborted."""
-    streams = InFlightStreams(server, tiny_model, count=3, max_tokens=300).start()
+    streams = InFlightStreams(server, tiny_model, count=3, max_tokens=1500).start()
+    server.process.send_signal(signal.SIGTERM)
+    # A request that arrives while the streams drain is refused, and the
+    # health check says so (serve-shutdown-status patch).
+    refused = wait_for_status(f"{server.base_url}/health", 503)
+    with pytest.raises(openai.APIStatusError) as new_request:
+        openai.OpenAI(
+            base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0
+        ).completions.create(model=str(tiny_model), prompt="late", max_tokens=2)
     status = server.stop(signal.SIGTERM)
     log = server.log()
     assert status == 0, log[-3000:]
     assert "mode=drain" in log
+    assert refused, log[-3000:]
+    assert new_request.value.status_code == 503
+    assert STOPPING_MESSAGE in str(new_request.value.body)
     for outcome in streams.join():
         assert outcome.error is None, outcome
-        assert (outcome.finish_reason, outcome.tokens) == ("length", 300)
+        assert (outcome.finish_reason, outcome.tokens) == ("length", 1500)
     assert "Traceback" not in log
     assert "ERROR" not in log

@@ -4,9 +4,9 @@ they are applied within each stage."""
 from vllm_bridge.patches.platform import (
     async_llm_quiet_shutdown,
     config_error_exit,
-    engine_death_exit_status,
     isa_auto_dtype,
     isa_switch,
+    serve_shutdown_status,
 )
 from vllm_bridge.patches.startup import vllm_cpu_metadata_alias
 from vllm_bridge.patches.worker import (
@@ -24,7 +24,7 @@ REGISTRY = Registry(
         isa_switch.PATCH,
         isa_auto_dtype.PATCH,
         async_llm_quiet_shutdown.PATCH,
-        engine_death_exit_status.PATCH,
+        serve_shutdown_status.PATCH,
         compile_cache_load.PATCH,
         compile_cache_isa_key.PATCH,
         kv_cache_zero_pages.PATCH,

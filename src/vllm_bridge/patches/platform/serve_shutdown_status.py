@@ -1,5 +1,6 @@
-"""`vllm serve` exits with status 1, within a second, when its engine core
-or a worker dies: a supervisor restarts only a server that says it failed."""
+"""What `vllm serve` tells its clients and its supervisor when it stops:
+503 to every new request (and to /health) once a shutdown has begun, and
+exit status 1, within a second, when its engine core or a worker died."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import contextlib
 import functools
 import signal
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,8 +23,47 @@ EXIT_MESSAGE = (
     "exits with status 1 so that a supervisor (systemd Restart=on-failure, "
     "Kubernetes) restarts it."
 )
+STOPPING_MESSAGE = (
+    "The server is shutting down and takes no new requests; send this "
+    "request to another instance or retry once it is back."
+)
+# One API server per process (vLLM's single-server path): the flag is the
+# process's.
+STOPPING = threading.Event()
 
-logger = get_logger("engine_death")
+logger = get_logger("serve_shutdown")
+
+
+class RefuseWhileStopping:
+    """ASGI middleware: once the shutdown has begun, every new request
+    (including /health, so that load balancers stop routing here) gets 503;
+    requests already in flight are past it and finish (or are aborted)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not STOPPING.is_set():
+            await self.app(scope, receive, send)
+            return
+        from starlette.responses import JSONResponse
+
+        response = JSONResponse(
+            {
+                "error": {
+                    "message": STOPPING_MESSAGE,
+                    "type": "ServiceUnavailableError",
+                    "param": None,
+                    "code": 503,
+                }
+            },
+            status_code=503,
+            headers={"Connection": "close", "Retry-After": "5"},
+        )
+        await response(scope, receive, send)
+
+
+MIDDLEWARE = f"{__name__}.{RefuseWhileStopping.__name__}"
 
 
 class EngineDeathWatch:
@@ -42,6 +83,7 @@ class EngineDeathWatch:
             if not self.shutdown_began:
                 self.shutdown_began = True
                 self.died = bool(engine_client.errored)
+                STOPPING.set()
             shutdown(*args, **kwargs)
 
         engine_client.shutdown = recording_shutdown
@@ -71,15 +113,28 @@ async def _exit_if_engine_died(
         raise SystemExit(EXIT_MESSAGE)
 
 
-def exit_nonzero_on_engine_death(
+def report_shutdown_status(
     original: Callable[..., Awaitable[Any]],
 ) -> Callable[..., Awaitable[Any]]:
     @functools.wraps(original)
-    async def build_and_serve(engine_client: Any, *args: Any, **kwargs: Any) -> Any:
+    async def build_and_serve(
+        engine_client: Any,
+        listen_address: Any,
+        sock: Any,
+        args: Any,
+        *rest: Any,
+        **kw: Any,
+    ) -> Any:
+        STOPPING.clear()
+        # vLLM's --middleware list: build_app adds each to the app.
+        if MIDDLEWARE not in args.middleware:
+            args.middleware = [*args.middleware, MIDDLEWARE]
         death_watch = EngineDeathWatch(engine_client)
         watch_task = asyncio.create_task(death_watch.watch())
         try:
-            shutdown = await original(engine_client, *args, **kwargs)
+            shutdown = await original(
+                engine_client, listen_address, sock, args, *rest, **kw
+            )
         finally:
             watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -92,32 +147,41 @@ def exit_nonzero_on_engine_death(
 
 
 PATCH = Patch(
-    name="engine-death-exit-status",
+    name="serve-shutdown-status",
     target="vllm.entrypoints.launchers.api_server.entry:build_and_serve",
     stage="platform",
     kind="wrap",
-    new=exit_nonzero_on_engine_death,
+    new=report_shutdown_status,
     why=(
         "When a worker or the engine-core process dies (OOM killer, a crash "
         "in a kernel), `vllm serve` fails the in-flight requests and then "
         "exits with status 0, up to 5 s later (its watchdog's period): "
         "systemd's Restart=on-failure and Kubernetes' restartPolicy "
-        "OnFailure take that for a clean stop and leave the service down."
+        "OnFailure take that for a clean stop and leave the service down. "
+        "While a SIGTERM drains, new requests get HTTP 500 ('cannot schedule "
+        "new futures after shutdown') with a traceback in the log, and "
+        "/health still answers 200, so load balancers keep sending traffic."
     ),
     how=(
-        "The wrapped build_and_serve records whether the engine client had "
-        "already errored when its shutdown began (a dead engine) or not (a "
-        "requested shutdown), polls the engine every 0.2 s while serving and "
-        "on its death raises SIGTERM to start vLLM's own shutdown path; the "
-        "shutdown it returns ends with SystemExit(1) and one line when the "
-        "engine had died. VLLM_KEEP_ALIVE_ON_ENGINE_DEATH keeps vLLM's "
-        "behaviour."
+        "The wrapped build_and_serve adds a middleware (through vLLM's "
+        "--middleware list) that answers 503 with Retry-After to every new "
+        "request once the engine client's shutdown has begun; records "
+        "whether the engine had already errored when that shutdown began (a "
+        "dead engine) or not (a requested shutdown); polls the engine every "
+        "0.2 s while serving and on its death raises SIGTERM to start vLLM's "
+        "own shutdown path; the shutdown it returns ends with SystemExit(1) "
+        "and one line when the engine had died. VLLM_KEEP_ALIVE_ON_ENGINE_DEATH "
+        "keeps vLLM's behaviour on a death."
     ),
     upstream=(
         "none yet: to be reported to vLLM (the API server should exit "
-        "non-zero after an engine death)"
+        "non-zero after an engine death and refuse new requests with 503 "
+        "while it drains)"
     ),
-    remove_when="`vllm serve` exits non-zero when its engine dies",
+    remove_when=(
+        "`vllm serve` exits non-zero when its engine dies and answers 503 "
+        "while it drains"
+    ),
     vllm_versions=SUPPORTED_VLLM,
     fingerprint="641890293f037488",
 )
