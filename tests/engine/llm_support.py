@@ -73,4 +73,6 @@ def generate_in_subprocess(
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-4000:]
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    result["force_killed"] = "force killing" in proc.stdout + proc.stderr
+    return result

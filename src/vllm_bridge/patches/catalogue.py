@@ -4,6 +4,7 @@ they are applied within each stage."""
 from vllm_bridge.patches.platform import (
     async_llm_quiet_shutdown,
     config_error_exit,
+    engine_core_exit_grace,
     isa_auto_dtype,
     isa_switch,
     serve_shutdown_status,
@@ -24,6 +25,7 @@ REGISTRY = Registry(
         isa_switch.PATCH,
         isa_auto_dtype.PATCH,
         async_llm_quiet_shutdown.PATCH,
+        engine_core_exit_grace.PATCH,
         serve_shutdown_status.PATCH,
         compile_cache_load.PATCH,
         compile_cache_isa_key.PATCH,
