@@ -66,3 +66,49 @@ def test_without_the_patch_the_traceback_comes_back(tiny_model: Path):
     assert proc.returncode == 1
     assert "Traceback" in proc.stderr
     assert message in proc.stderr
+
+
+def test_bad_setting_stops_vllm_bench_with_one_message(tiny_model: Path):
+    """`vllm bench` loads the plugins too (a client: it builds no config);
+    the settings check at plugin load stops it."""
+    proc = run_venv_command(
+        "vllm",
+        "bench",
+        "serve",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--model",
+        str(tiny_model),
+        "--num-prompts",
+        "1",
+        env={"VLLM_BRIDGE_KV_CACHE_SHARE": "abc"},
+        timeout=240,
+    )
+    errors = [
+        line
+        for line in proc.stderr.splitlines()
+        if line.startswith("vllm-bridge: error: ")
+    ]
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert len(errors) == 1 and "VLLM_BRIDGE_KV_CACHE_SHARE='abc'" in errors[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_bad_setting_stops_an_llm_script_with_one_message(tiny_model: Path):
+    script = (
+        "from vllm import LLM\n"
+        "if __name__ == '__main__':\n"
+        f"    LLM(model={str(tiny_model)!r})\n"
+    )
+    proc = run_venv_command(
+        "python", "-c", script, env={"VLLM_BRIDGE_DRAIN_TIMEOUT": "soon"}, timeout=240
+    )
+    errors = [
+        line
+        for line in proc.stderr.splitlines()
+        if line.startswith("vllm-bridge: error: ")
+    ]
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert len(errors) == 1 and "VLLM_BRIDGE_DRAIN_TIMEOUT='soon'" in errors[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "EngineCore" not in proc.stdout + proc.stderr

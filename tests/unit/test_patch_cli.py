@@ -1,6 +1,9 @@
-"""`vllm-bridge patches` through the installed command."""
+"""`vllm-bridge patches` (and the settings check every subcommand but
+`doctor` makes first) through the installed command."""
 
 from __future__ import annotations
+
+import pytest
 
 from tests.conftest import REPO, run_venv_command
 from vllm_bridge.patches.catalogue import REGISTRY
@@ -40,3 +43,17 @@ def test_unknown_patch_name_is_one_clear_error():
         proc.stderr
     )
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("subcommand", [["patches"], ["settings"], ["explain", "m"]])
+def test_bad_setting_stops_every_subcommand_but_doctor_with_one_line(
+    subcommand: list[str],
+):
+    proc = run_venv_command(
+        "vllm-bridge", *subcommand, env={"VLLM_BRIDGE_KV_CACHE_SHARE": "abc"}
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: VLLM_BRIDGE_KV_CACHE_SHARE='abc' is invalid: expected a number. "
+        "Fix or unset VLLM_BRIDGE_KV_CACHE_SHARE (allowed: a number in (0, 0.9])."
+    ]

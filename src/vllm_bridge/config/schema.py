@@ -76,6 +76,14 @@ def _unknown_bridge_variables(environ: Mapping[str, str]) -> None:
             )
 
 
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Every ``VLLM_BRIDGE_*`` variable known and valid, or the
+    BridgeConfigError that names the first one that is not."""
+    _unknown_bridge_variables(environ)
+    for variable in envs.ALL:
+        variable.get(environ)
+
+
 def parse_additional_config(raw: str) -> dict[str, object]:
     """The ``--additional-config`` argument: a JSON object, or an argparse
     error that says what is wrong with it (vLLM's own parsing passes text
@@ -106,9 +114,7 @@ def use_strict_additional_config(parser: argparse.ArgumentParser) -> None:
 def load(additional_config: object, environ: Mapping[str, str]) -> BridgeConfig:
     """The plugin config of one VllmConfig (its ``additional_config``).
     Every ``VLLM_BRIDGE_*`` variable is checked, also those read elsewhere."""
-    _unknown_bridge_variables(environ)
-    for variable in envs.ALL:
-        variable.get(environ)
+    check_environment(environ)
     if additional_config is None:
         additional_config = {}
     if not isinstance(additional_config, Mapping):

@@ -21,13 +21,23 @@ console = Console()
 
 
 @app.callback()
-def _root() -> None:
+def _root(ctx: typer.Context) -> None:
     """vllm-bridge: vLLM's CPU platform, out of tree."""
+    from vllm_bridge.config.schema import check_environment
+
+    if ctx.invoked_subcommand == "doctor":
+        return  # doctor reports bad settings among its findings
+    try:
+        check_environment(os.environ)
+    except BridgeConfigError as exc:
+        raise _fail(exc) from None
 
 
 def _fail(exc: BridgeConfigError) -> typer.Exit:
     """Print a bad-input error as one line on stderr; exit code 2."""
-    Console(stderr=True).print(f"error: {exc}", markup=False, highlight=False)
+    Console(stderr=True, soft_wrap=True).print(
+        f"error: {exc}", markup=False, highlight=False
+    )
     return typer.Exit(2)
 
 
