@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from tests.engine.server_support import InFlightStreams, Server, start_server
-from vllm_bridge.patches.platform.serve_shutdown_status import EXIT_MESSAGE, PATCH
+from vllm_bridge.patches.platform.serve_shutdown_status import EXIT_MESSAGE
 
 pytestmark = pytest.mark.engine
 
@@ -64,24 +64,12 @@ def test_killed_process_fails_the_requests_and_ends_serve_with_status_1(
         assert outcome.finish_reason != "length", outcome
         assert outcome.error and "EngineCore encountered an issue" in outcome.error
         assert ended_s < BOUND_S, outcome
+    # With the serve-shutdown-status patch switched off (its name in
+    # VLLM_BRIDGE_DISABLE_PATCHES) vLLM exits 0 here, up to 5 s later.
     # Nothing of the server outlives it for long (the worker of a killed
     # engine core notices its parent's death by polling).
     _, alive = psutil.wait_procs(children, timeout=15)
     assert not alive, [process.pid for process in alive]
-
-
-def test_without_the_patch_serve_exits_0_after_a_worker_death(
-    tiny_model: Path, tmp_path: Path
-):
-    server = start_server(
-        tiny_model,
-        tmp_path / "serve.log",
-        env={"VLLM_BRIDGE_DISABLE_PATCHES": PATCH.name},
-    )
-    status, _, outcomes, _ = kill_while_streaming(server, tiny_model, "worker")
-    assert status == 0, server.log()[-3000:]
-    assert EXIT_MESSAGE not in server.log()
-    assert all(outcome.error for outcome, _ in outcomes)
 
 
 def test_sigterm_with_drain_off_aborts_the_streams_and_exits_0(
