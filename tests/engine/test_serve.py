@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -163,9 +164,43 @@ def test_bad_request_gets_a_4xx_naming_the_problem(
     assert after.usage.completion_tokens == 2
 
 
+def metric(server: Server, name: str) -> float:
+    """The sum of a /metrics series over its label sets."""
+    metrics = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    values = re.findall(rf"^{re.escape(name)}\{{[^}}]*\}} (\S+)$", metrics, re.M)
+    assert values, (name, metrics[-2000:])
+    return sum(float(value) for value in values)
+
+
+def test_client_that_hangs_up_mid_stream_frees_its_request(
+    client: openai.OpenAI, server: Server, tiny_model: Path
+):
+    generated_before = metric(server, "vllm:generation_tokens_total")
+    stream = client.completions.create(
+        model=str(tiny_model),
+        prompt="The cat",
+        max_tokens=2000,
+        temperature=0,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    for _, _chunk in zip(range(3), stream, strict=False):
+        pass
+    assert metric(server, "vllm:num_requests_running") == 1
+    stream.close()  # the client hangs up: the connection closes
+    deadline = time.monotonic() + 30
+    while (
+        metric(server, "vllm:num_requests_running") > 0 and time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    assert metric(server, "vllm:num_requests_running") == 0
+    # Freed by an abort, not by running to its 2000 tokens.
+    assert metric(server, "vllm:generation_tokens_total") - generated_before < 2000
+
+
 def test_bad_requests_left_no_error_in_the_log(server: Server):
-    """Runs after the bad requests (module order): a client's mistake is
-    the client's, not a server error."""
+    """Runs after the bad requests and the hang-up (module order): a
+    client's mistake is the client's, not a server error."""
     assert "Traceback" not in server.log()
     assert "ERROR" not in server.log()
 
