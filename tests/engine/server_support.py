@@ -140,11 +140,17 @@ class InFlightStreams:
                 max_tokens=self.max_tokens,
                 temperature=0,
                 stream=True,
+                stream_options={"include_usage": True},
                 extra_body={"ignore_eos": True},
             )
             for chunk in stream:
+                if chunk.usage is not None:
+                    # Exact: a chunk may carry several tokens when the
+                    # server falls behind.
+                    outcome.tokens = chunk.usage.completion_tokens
+                elif chunk.choices:
+                    outcome.tokens += 1  # a lower bound until the usage chunk
                 if chunk.choices:
-                    outcome.tokens += 1
                     outcome.finish_reason = chunk.choices[0].finish_reason
                 self._first_token[index].set()
         except openai.APIError as error:
