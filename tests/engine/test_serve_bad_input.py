@@ -13,7 +13,8 @@ pytestmark = pytest.mark.engine
 
 # One case per way bad input reaches `vllm serve`: a setting read by the
 # config loader (a VLLM_BRIDGE_* variable goes the same way as this key), a
-# variable read when the plugin loads, a rule in strict mode. Each message
+# variable read when the plugin loads, a value vLLM's own config refuses, a
+# rule in strict mode. Each message
 # itself is checked by the unit tests of the loader and the rules, and
 # malformed --additional-config by tests/unit/test_serve_parser.py.
 # (extra `vllm serve` arguments, environment, what the message must say)
@@ -24,6 +25,12 @@ CASES = [
         "unknown key 'kv_cache_shar'; did you mean 'kv_cache_share'?",
     ),
     ([], {"VLLM_BRIDGE_DISABLE": "maybe"}, "VLLM_BRIDGE_DISABLE='maybe' is invalid"),
+    (
+        ["--max-model-len", "100000"],
+        {},
+        "vLLM's ModelConfig refuses the configuration: User-specified "
+        "max_model_len (100000) is greater than the derived max_model_len",
+    ),
     (
         ["--enable-dbo"],
         {"VLLM_BRIDGE_STRICT": "1"},
