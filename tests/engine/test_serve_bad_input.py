@@ -40,6 +40,13 @@ CASES = [
 ]
 
 
+def error_lines(stderr: str) -> list[str]:
+    """The one-line errors vllm-bridge printed."""
+    return [
+        line for line in stderr.splitlines() if line.startswith("vllm-bridge: error: ")
+    ]
+
+
 def serve(model: Path, *extra: str, env: dict[str, str]):
     return run_venv_command(
         "vllm", "serve", str(model), "--port", "0", *extra, env=env, timeout=240
@@ -53,11 +60,7 @@ def test_bad_input_ends_serve_with_one_message(
     proc = serve(tiny_model, *extra, env=env)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output[-3000:]
-    errors = [
-        line
-        for line in proc.stderr.splitlines()
-        if line.startswith("vllm-bridge: error: ")
-    ]
+    errors = error_lines(proc.stderr)
     assert len(errors) == 1 and message in errors[0], output[-3000:]
     assert "Traceback" not in output
     assert "EngineCore" not in output  # failed before any engine process
@@ -91,11 +94,7 @@ def test_bad_setting_stops_vllm_bench_with_one_message(tiny_model: Path):
         env={"VLLM_BRIDGE_KV_CACHE_SHARE": "abc"},
         timeout=240,
     )
-    errors = [
-        line
-        for line in proc.stderr.splitlines()
-        if line.startswith("vllm-bridge: error: ")
-    ]
+    errors = error_lines(proc.stderr)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert len(errors) == 1 and "VLLM_BRIDGE_KV_CACHE_SHARE='abc'" in errors[0]
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -110,11 +109,7 @@ def test_bad_setting_stops_an_llm_script_with_one_message(tiny_model: Path):
     proc = run_venv_command(
         "python", "-c", script, env={"VLLM_BRIDGE_DRAIN_TIMEOUT": "soon"}, timeout=240
     )
-    errors = [
-        line
-        for line in proc.stderr.splitlines()
-        if line.startswith("vllm-bridge: error: ")
-    ]
+    errors = error_lines(proc.stderr)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert len(errors) == 1 and "VLLM_BRIDGE_DRAIN_TIMEOUT='soon'" in errors[0]
     assert "Traceback" not in proc.stdout + proc.stderr
