@@ -1,7 +1,7 @@
 """vllm-bridge at its defaults vs vLLM's built-in CPU platform, llama.cpp and
 Hugging Face transformers, on the same 0.5b weights and the same prompts.
 
-    python benchmarks/peers.py --rounds 2
+    python benchmarks/peers.py --rounds 2 [--int8]
 
 One command: it installs llama-cpp-python (built from PyPI, about 5 min on
 2 cores) and gguf into .cache/peers-venv, converts the model to a bf16 GGUF
@@ -9,7 +9,8 @@ file with benchmarks/to_gguf.py, and alternates the engines round by round,
 each in a fresh process. Reports single-stream tok/s (one prompt, 128
 greedy tokens), 32-concurrent tok/s (32 prompts x 128 tokens at once; "-"
 for llama.cpp, whose Python binding runs one sequence at a time), time to
-the first token and start-up time; medians over the rounds.
+the first token and start-up time; medians over the rounds. --int8 adds
+vllm-bridge with --quantization bridge_int8 and llama.cpp on a Q8_0 file.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ LLAMA_CPP_CMAKE_ARGS = {
 }
 THREADS = len(os.sched_getaffinity(0))
 ENGINES = ("bridge", "builtin", "llama.cpp", "transformers")
+INT8_ENGINES = ("bridge-int8", "llama.cpp-q8_0")
+"""With --int8: vllm-bridge with --quantization bridge_int8 and llama.cpp on
+a Q8_0 GGUF file of the same weights."""
 
 
 def peers_python(isa: str) -> Path:
@@ -64,8 +68,9 @@ def peers_python(isa: str) -> Path:
     return python
 
 
-def gguf_file(model: Path, python: Path) -> Path:
-    out = model.parent / f"{model.name}.gguf"
+def gguf_file(model: Path, python: Path, kind: str = "bf16") -> Path:
+    suffix = "" if kind == "bf16" else f"-{kind}"
+    out = model.parent / f"{model.name}{suffix}.gguf"
     if not out.exists():
         subprocess.run(
             [
@@ -73,10 +78,34 @@ def gguf_file(model: Path, python: Path) -> Path:
                 str(REPO / "benchmarks" / "to_gguf.py"),
                 str(model),
                 str(out),
+                "--type",
+                kind,
             ],
             check=True,
         )
     return out
+
+
+def without_extra_buffers() -> None:
+    """Load weights without llama.cpp's extra buffer types (AMX, repacked
+    layouts): with them, llama-cpp-python 0.3.36 segfaults at the first
+    evaluation of the Q8_0 file on the AMX machine (the bf16 file runs)."""
+    import llama_cpp
+    import llama_cpp.llama
+
+    default = llama_cpp.llama_model_default_params
+
+    def params() -> object:
+        model_params = default()
+        model_params.use_extra_bufts = False
+        return model_params
+
+    llama_cpp.llama.llama_cpp.llama_model_default_params = params
+
+
+def llama_cpp_q8_0_child(gguf_path: str) -> dict[str, float]:
+    without_extra_buffers()
+    return llama_cpp_child(gguf_path)
 
 
 def llama_cpp_child(gguf_path: str) -> dict[str, float]:
@@ -214,12 +243,19 @@ def main() -> None:
         help="run every engine as on a CPU of this class (VLLM_BRIDGE_ISA; "
         "llama.cpp built for it)",
     )
+    parser.add_argument(
+        "--int8",
+        action="store_true",
+        help="add vllm-bridge with --quantization bridge_int8 and llama.cpp "
+        "on a Q8_0 GGUF file",
+    )
     parser.add_argument("--child", nargs=2, metavar=("ENGINE", "TARGET"))
     args = parser.parse_args()
     if args.child:
         engine, target = args.child
         child = {
             "llama.cpp": llama_cpp_child,
+            "llama.cpp-q8_0": llama_cpp_q8_0_child,
             "transformers": transformers_child,
             "machine": machine_child,
         }[engine]
@@ -233,17 +269,21 @@ def main() -> None:
     model = model_dir("0.5b")
     python = peers_python(args.isa)
     gguf_path = gguf_file(model, python)
+    engines = ENGINES + (INT8_ENGINES if args.int8 else ())
+    q8_path = gguf_file(model, python, "q8_0") if args.int8 else None
     log_dir = REPO / "benchmarks" / "results"
     log_dir.mkdir(parents=True, exist_ok=True)
     machine = run_child(Path(sys.executable), "machine", model)
-    runs: dict[str, list[dict[str, float]]] = {engine: [] for engine in ENGINES}
+    runs: dict[str, list[dict[str, float]]] = {engine: [] for engine in engines}
     for round_index in range(args.rounds):
-        order = ENGINES if round_index % 2 == 0 else ENGINES[::-1]
+        order = engines if round_index % 2 == 0 else engines[::-1]
         for engine in order:
-            if engine in ("bridge", "builtin"):
+            if engine in ("bridge", "builtin", "bridge-int8"):
                 result = run_side(model, "compiled", engine, log_dir)
             elif engine == "llama.cpp":
                 result = run_child(python, engine, gguf_path)
+            elif engine == "llama.cpp-q8_0":
+                result = run_child(python, engine, q8_path)
             else:
                 result = run_child(Path(sys.executable), engine, model)
             runs[engine].append(result)
@@ -263,7 +303,7 @@ def main() -> None:
     print(
         "| engine | tok/s (1) | tok/s (32) | TTFT s | start s |\n|---|---|---|---|---|"
     )
-    for engine in ENGINES:
+    for engine in engines:
         print(
             f"| {engine} | {median(engine, 'single_tok_s', 1)} | "
             f"{median(engine, 'tok_s', 1)} | {median(engine, 'ttft_s', 3)} | "
@@ -284,6 +324,14 @@ def main() -> None:
         f"roofline: {single / roofline(machine, 1):.2f} (1), "
         f"{batch / roofline(machine, 32):.2f} (32)"
     )
+    if args.int8:
+        int8 = value("bridge-int8", "single_tok_s")
+        print(
+            f"bridge_int8 vs llama.cpp Q8_0: "
+            f"{int8 / value('llama.cpp-q8_0', 'single_tok_s'):.2f} (1); vs "
+            f"vllm-bridge unquantized: {int8 / single:.2f} (1), "
+            f"{value('bridge-int8', 'tok_s') / batch:.2f} (32)"
+        )
 
 
 if __name__ == "__main__":

@@ -58,6 +58,8 @@ def child(model: str, mode: str, side: str) -> None:
     from vllm import LLM, SamplingParams
 
     kwargs: dict[str, object] = {"enforce_eager": mode == "eager"}
+    if side == "bridge-int8":
+        kwargs["quantization"] = "bridge_int8"
     if side == "builtin":
         from benchmarks.builtin_fixes import WORKER_CLS
 
@@ -88,6 +90,10 @@ def child(model: str, mode: str, side: str) -> None:
         "start_s": start_s,
         "tokens": tokens,
     }
+    if side != "builtin":
+        (report,) = llm.collective_rpc("bridge_report")
+        result["model_load_resident_bytes"] = report["model_load_resident_bytes"]
+        result["int8_weight_bytes"] = report["int8_weight_bytes"]
     print("RESULT " + json.dumps(result), flush=True)
 
 

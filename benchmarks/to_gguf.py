@@ -1,8 +1,11 @@
 """Write a model built by vllm_bridge_testmodel (Llama architecture,
-bf16 safetensors, byte-level BPE tokenizer) as a bf16 GGUF file for
+bf16 safetensors, byte-level BPE tokenizer) as a bf16 or Q8_0 GGUF file for
 llama.cpp, with the `gguf` package.
 
-    python benchmarks/to_gguf.py MODEL_DIR OUT.gguf
+    python benchmarks/to_gguf.py MODEL_DIR OUT.gguf [--type q8_0]
+
+Q8_0 (llama.cpp's int8: blocks of 32 weights with one scale) applies to
+every matrix, the embedding included, as llama.cpp's own converter does.
 
 Why not llama.cpp's convert_hf_to_gguf.py: it recognises a BPE tokenizer's
 pre-tokenizer by hashing its output on a fixed text and refuses tokenizers
@@ -101,7 +104,7 @@ def add_tokenizer(writer: gguf.GGUFWriter, model_dir: Path, config: dict) -> Non
     writer.add_add_bos_token(False)
 
 
-def convert(model_dir: Path, out: Path) -> None:
+def convert(model_dir: Path, out: Path, q8_0: bool = False) -> None:
     config = json.loads((model_dir / "config.json").read_text())
     if config["model_type"] != "llama":
         sys.exit(f"{model_dir}: model_type {config['model_type']!r}, expected llama")
@@ -120,7 +123,9 @@ def convert(model_dir: Path, out: Path) -> None:
     writer.add_key_length(config["head_dim"])
     writer.add_value_length(config["head_dim"])
     writer.add_vocab_size(config["vocab_size"])
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    writer.add_file_type(
+        gguf.LlamaFileType.MOSTLY_Q8_0 if q8_0 else gguf.LlamaFileType.MOSTLY_BF16
+    )
     add_tokenizer(writer, model_dir, config)
     tensors = read_safetensors(model_dir / "model.safetensors")
     for hf_name, (dtype, array) in tensors.items():
@@ -137,6 +142,11 @@ def convert(model_dir: Path, out: Path) -> None:
             # llama.cpp keeps norms in float32: bf16 bits shifted up.
             array = (array.astype(np.uint32) << 16).view(np.float32)
             kind = gguf.GGMLQuantizationType.F32
+        elif array.ndim == 2 and q8_0:
+            if kind == gguf.GGMLQuantizationType.BF16:
+                array = (array.astype(np.uint32) << 16).view(np.float32)
+            kind = gguf.GGMLQuantizationType.Q8_0
+            array = gguf.quants.quantize(array.astype(np.float32), kind)
         writer.add_tensor(
             gguf_name(hf_name), np.ascontiguousarray(array), raw_dtype=kind
         )
@@ -150,8 +160,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model_dir", type=Path)
     parser.add_argument("out", type=Path)
+    parser.add_argument("--type", choices=["bf16", "q8_0"], default="bf16")
     args = parser.parse_args()
-    convert(args.model_dir, args.out)
+    convert(args.model_dir, args.out, q8_0=args.type == "q8_0")
     print(f"wrote {args.out}")
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
+from vllm_bridge import envs
+from vllm_bridge.device import isa
 from vllm_bridge_testmodel import build_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,3 +90,19 @@ def restore_environ():
     yield
     os.environ.clear()
     os.environ.update(saved)
+
+
+AVX2_MACHINE = {"avx2", "fma"} <= isa.cpu_flags()
+
+
+@pytest.fixture
+def as_isa(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Run as on an AVX2 CPU (VLLM_BRIDGE_ISA=avx2): what the rules and the
+    dtype patch read. Needs an x86-64 CPU with AVX2."""
+    if not AVX2_MACHINE:
+        pytest.skip("the ISA switch needs an x86-64 CPU with AVX2")
+    monkeypatch.setenv(envs.ISA.name, "avx2")
+    monkeypatch.delenv(envs.LINEAR_KERNEL.name, raising=False)
+    isa.detect.cache_clear()
+    yield
+    isa.detect.cache_clear()

@@ -74,12 +74,15 @@ def on_general_plugins() -> None:
     """Apply the platform-stage patches in processes where we are active,
     then check every VLLM_BRIDGE_* variable: each vLLM command that loads
     plugins (serve, bench, LLM(...)) stops on a bad one with its one line
-    (the config-error-exit patch is in place by then)."""
+    (the config-error-exit patch is in place by then). Last, add
+    vllm-bridge's quantization methods (vLLM builds its parser after this)."""
     if platform_qualname() is None:
         return
     from vllm_bridge.config.schema import check_environment
     from vllm_bridge.patches.catalogue import REGISTRY
+    from vllm_bridge.quantization import register as register_quantization
 
     REGISTRY.apply("startup")
     REGISTRY.apply("platform")
     check_environment(os.environ)
+    register_quantization()

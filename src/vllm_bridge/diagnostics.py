@@ -60,7 +60,28 @@ def worker_report(worker: Any) -> dict[str, Any]:
         "vllm_kernel_libraries": mapped_vllm_kernel_libraries(),
         "model_dtype": str(worker.vllm_config.model_config.dtype),
         "bridge_kernel_layers": list(isa_linear_kernel.layers_on_bridge_kernel),
+        "model_load_resident_bytes": getattr(worker, "model_load_resident_bytes", None),
+        **_int8_layers(worker),
         **_kv_cache_memory(worker),
+    }
+
+
+def resident_set_bytes() -> int:
+    """This process's resident set size (/proc/self/statm)."""
+    with open("/proc/self/statm") as statm:
+        resident_pages = int(statm.read().split()[1])
+    return resident_pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def _int8_layers(worker: Any) -> dict[str, Any]:
+    """The layers of ``--quantization bridge_int8`` by kernel, and the bytes
+    of their int8 weights."""
+    from vllm_bridge.quantization import int8_linear
+
+    model = worker.model_runner.get_model()
+    return {
+        "int8_layers_by_kernel": dict(int8_linear.layers_by_kernel),
+        "int8_weight_bytes": int8_linear.int8_weight_bytes(model),
     }
 
 

@@ -16,6 +16,7 @@ T = TypeVar("T")
 CompileRequest = Literal["auto", "eager", "compiled"]
 IsaRequest = Literal["auto", "avx2", "avx512", "avx512_bf16", "amx"]
 LinearKernelRequest = Literal["auto", "vllm", "bridge"]
+Int8KernelRequest = Literal["auto", "amx", "onednn", "bridge"]
 
 PREFIX = "VLLM_BRIDGE_"
 _TRUE = ("1", "true", "yes", "on")
@@ -180,6 +181,17 @@ LINEAR_KERNEL = EnvVar(
     "keeps vLLM's dispatch; bridge uses vllm-bridge's kernel on any x86 CPU",
     allowed="auto, vllm, bridge",
 )
+INT8_KERNEL = EnvVar(
+    "VLLM_BRIDGE_INT8_KERNEL",
+    parse_choice(*get_args(Int8KernelRequest)),
+    "auto",
+    "which kernel runs the linear layers of --quantization bridge_int8: auto "
+    "picks by the CPU's ISA class (docs/quantization.md); amx asks for "
+    "vLLM's AMX int8 GEMM (layers it cannot take stay on oneDNN); onednn "
+    "uses oneDNN's int8 GEMM; bridge uses vllm-bridge's AVX2 kernel (int8 "
+    "weights, float32 arithmetic) on any x86 CPU",
+    allowed="auto, amx, onednn, bridge",
+)
 
 ALL: tuple[EnvVar[object], ...] = (  # type: ignore[assignment]
     DISABLE,
@@ -190,4 +202,5 @@ ALL: tuple[EnvVar[object], ...] = (  # type: ignore[assignment]
     DRAIN_TIMEOUT,
     ISA,
     LINEAR_KERNEL,
+    INT8_KERNEL,
 )

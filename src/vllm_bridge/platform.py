@@ -18,6 +18,7 @@ from vllm.platforms.cpu import CpuPlatform
 from vllm_bridge.config.reconcile import reconcile
 from vllm_bridge.config.schema import use_strict_additional_config
 from vllm_bridge.patches.catalogue import REGISTRY
+from vllm_bridge.quantization import describe_in_parser
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -31,6 +32,7 @@ class BridgePlatform(CpuPlatform):
         REGISTRY.apply("platform")
         if isinstance(parser, argparse.ArgumentParser):
             use_strict_additional_config(parser)
+            describe_in_parser(parser)
 
     @classmethod
     def check_and_update_config(cls, vllm_config: VllmConfig) -> None:

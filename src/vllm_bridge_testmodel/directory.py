@@ -46,6 +46,14 @@ def _read_marker(model_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def read_preset(model_dir: Path) -> Preset:
+    """The preset a model directory was built from (its build marker)."""
+    marker = _read_marker(model_dir)
+    if marker is None or marker.get("preset") not in PRESETS:
+        raise ValueError(f"{model_dir} was not built by vllm_bridge_testmodel")
+    return PRESETS[marker["preset"]]
+
+
 def is_complete(
     model_dir: str | os.PathLike[str],
     preset: str,

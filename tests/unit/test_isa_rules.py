@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,20 +18,6 @@ from vllm_bridge.errors import BridgeConfigError
 from vllm_bridge.patches.catalogue import REGISTRY
 
 pytestmark = pytest.mark.usefixtures("restore_environ")
-AVX2_MACHINE = {"avx2", "fma"} <= isa.cpu_flags()
-
-
-@pytest.fixture
-def as_isa(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Run as on an AVX2 CPU (VLLM_BRIDGE_ISA=avx2): what the rules and the
-    dtype patch read. Needs an x86-64 CPU with AVX2."""
-    if not AVX2_MACHINE:
-        pytest.skip("the ISA switch needs an x86-64 CPU with AVX2")
-    monkeypatch.setenv(envs.ISA.name, "avx2")
-    monkeypatch.delenv(envs.LINEAR_KERNEL.name, raising=False)
-    isa.detect.cache_clear()
-    yield
-    isa.detect.cache_clear()
 
 
 @pytest.fixture(scope="module")

@@ -199,6 +199,20 @@ def test_weights_larger_than_memory_are_refused_before_loading(
     assert "a quantized or smaller model" in message
 
 
+def test_bridge_int8_counts_the_weights_as_they_will_be_held(
+    large_model: Path, monkeypatch
+):
+    # Mocked as above. 201 MiB of float32 on disk hold about 50 MiB as int8:
+    # refused unquantized, served quantized.
+    monkeypatch.setattr(cpu, "available_memory_bytes", lambda: 150 * 2**20)
+    with pytest.raises(BridgeConfigError, match="a quantized or smaller model"):
+        build(large_model)
+    config = build(large_model, quantization="bridge_int8", max_model_len=256)
+    weights, text = rules._resident_weights_bytes(config)
+    assert 50 * 2**20 <= weights < 52 * 2**20
+    assert text == "50 MiB as int8, 201 MiB on disk"
+
+
 def test_long_max_model_len_that_does_not_fit_names_the_fix(
     tiny_model: Path, monkeypatch
 ):

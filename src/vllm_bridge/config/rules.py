@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from vllm_bridge import envs
 from vllm_bridge.config.audit import Change
+from vllm_bridge.config.quantization_rules import quantization_kernels
 from vllm_bridge.config.schema import BridgeConfig
 from vllm_bridge.config.unsupported import reset_unsupported
 from vllm_bridge.device import cpu
@@ -165,6 +166,20 @@ def _local_weights_bytes(vllm_config: VllmConfig) -> int:
     return sum(path.stat().st_size for path in weight_files)
 
 
+def _resident_weights_bytes(vllm_config: VllmConfig) -> tuple[int, str]:
+    """The weights' bytes once loaded, and how the text names them: their
+    size on disk, or under --quantization bridge_int8 the estimate of
+    quantization/int8_online.py (the layers are quantized as they load)."""
+    from vllm_bridge.quantization.int8_online import METHOD_NAME, resident_bytes
+
+    on_disk = _local_weights_bytes(vllm_config)
+    model = vllm_config.model_config
+    if on_disk == 0 or model is None or model.quantization != METHOD_NAME:
+        return on_disk, f"{_size(on_disk)} on disk"
+    loaded = resident_bytes(on_disk, model)
+    return loaded, f"{_size(loaded)} as int8, {_size(on_disk)} on disk"
+
+
 def memory_preflight(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
     """Refuse, before any weight is loaded, a model whose weights and KV
     cache cannot fit in the memory available: loading it would end in the
@@ -173,7 +188,7 @@ def memory_preflight(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Chan
     if model is None:
         return []
     available = cpu.available_memory_bytes()
-    weights = _local_weights_bytes(vllm_config)
+    weights, weights_text = _resident_weights_bytes(vllm_config)
     per_token = _kv_bytes_per_token(vllm_config)
     explicit_kv = vllm_config.cache_config.kv_cache_memory_bytes
     if explicit_kv is not None:
@@ -196,7 +211,7 @@ def memory_preflight(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Chan
         fixes.insert(0, "a lower --max-model-len")
     raise BridgeConfigError(
         f"The model does not fit in the memory available now ({_size(available)}): "
-        f"its weights ({_size(weights)} on disk) and {kv_text} need "
+        f"its weights ({weights_text}) and {kv_text} need "
         f"{_size(weights + kv)}. Use {', or '.join(fixes)}."
     )
 
@@ -210,7 +225,7 @@ def kv_cache_budget(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Chang
     if cache.gpu_memory_utilization != VLLM_DEFAULT_MEMORY_FRACTION:
         return []  # an explicit --gpu-memory-utilization
     available = cpu.available_memory_bytes()
-    weights = _local_weights_bytes(vllm_config)
+    weights, _ = _resident_weights_bytes(vllm_config)
     budget = int(bridge.kv_cache_share * (available - weights))
     per_token = _kv_bytes_per_token(vllm_config)
     model = vllm_config.model_config
@@ -406,6 +421,7 @@ BEFORE_BUILTIN = (
 AFTER_BUILTIN = (
     Rule("isa_switch", isa_switch),
     Rule("linear_kernel", linear_kernel),
+    Rule("quantization_kernels", quantization_kernels),
     Rule("memory_preflight", memory_preflight),
     Rule("kv_cache_budget", kv_cache_budget),
     Rule("thread_binding", thread_binding),

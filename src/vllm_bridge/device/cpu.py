@@ -87,3 +87,18 @@ def amx_tile_permitted() -> bool | None:
     ):
         return None
     return bool(features.value & (1 << _XFEATURE_XTILEDATA))
+
+
+def release_free_heap() -> bool:
+    """Hand the heap's free pages back to the kernel (glibc's malloc_trim).
+
+    Loading leaves freed staging buffers in the heap: glibc raises its mmap
+    threshold after the first large free, so later buffers of a few MB come
+    from the heap and stay resident once freed. With online quantization
+    those are the full-precision copies of each layer. False where the C
+    library has no malloc_trim (musl, macOS)."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is None:
+        return False
+    trim(ctypes.c_size_t(0))
+    return True

@@ -22,7 +22,7 @@ from vllm_bridge.log import get_logger
 logger = get_logger("ops")
 
 LIBRARY = "vllm_bridge_kernels"
-SOURCES = (Path(__file__).parent / "csrc" / "bf16_linear_avx2.cpp",)
+SOURCES = (Path(__file__).parent / "csrc" / "linear_avx2.cpp",)
 # The library is AVX2/FMA code only: the loader is asked for it only on CPUs
 # that have both (see device.isa).
 CFLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-DNDEBUG")

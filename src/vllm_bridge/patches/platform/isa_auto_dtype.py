@@ -42,6 +42,11 @@ def decide_auto_dtype(original: Callable[..., Any]) -> Callable[..., Any]:
         isa_class = detect().effective
         if isa_class not in NO_BF16_ARITHMETIC:
             return chosen
+        if getattr(config, "quantization_config", None) is not None:
+            # A pre-quantized checkpoint's method names the activation
+            # dtypes its kernels take (GPTQ: fp16/bf16); rule
+            # quantization_kernels refuses those the CPU cannot run.
+            return chosen
         from vllm_bridge.ops import linear
 
         decision = auto_dtype(
@@ -83,8 +88,8 @@ PATCH = Patch(
         "When the dtype is 'auto' and the CPU class (VLLM_BRIDGE_ISA "
         "included) has no bf16 arithmetic, the dtype vLLM resolved is "
         "replaced by the table in config/isa_defaults.py and the change is "
-        "recorded in the audit (rule isa_dtype). An explicit --dtype is "
-        "never changed."
+        "recorded in the audit (rule isa_dtype). An explicit --dtype, and "
+        "the dtype of a pre-quantized checkpoint, are never changed."
     ),
     upstream=(
         "none yet: to be proposed to vLLM (CpuPlatform.supported_dtypes "

@@ -63,7 +63,7 @@ PATCH = Patch(
         "When VLLM_BRIDGE_LINEAR_KERNEL resolves to 'bridge' (by default on "
         "such a CPU; the main process decides, see rule linear_kernel), the "
         "cpu_linear of each layer with 2-D bf16 weights becomes "
-        "vllm_bridge::bf16_linear (ops/csrc/bf16_linear_avx2.cpp: the bf16 "
+        "vllm_bridge::bf16_linear (ops/csrc/linear_avx2.cpp: the bf16 "
         "weights read once per call, float32 FMA arithmetic, bf16 output), "
         "holding the weight as loaded; every other layer goes to vLLM's "
         "dispatch unchanged."

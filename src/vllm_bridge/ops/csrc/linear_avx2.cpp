@@ -1,9 +1,14 @@
-// y = x @ w^T + bias with w stored in bfloat16 and all arithmetic in float32,
-// for x86 CPUs with AVX2 and FMA but no bf16 arithmetic (AMD Zen 2/3, Intel
-// before Cooper Lake). oneDNN refuses bf16 there and PyTorch's fallback GEMM
-// runs at a few percent of the fp32 rate; this kernel reads the bf16 weights
-// once per call (near the memory bandwidth for decode-sized batches) and
-// runs an fp32 FMA micro-kernel on them for larger batches.
+// y = x @ w^T + bias with w stored narrow and all arithmetic in float32, for
+// x86 CPUs with AVX2 and FMA but no bf16 arithmetic (AMD Zen 2/3, Intel
+// before Cooper Lake):
+//   bf16_linear: bf16 weights. oneDNN refuses bf16 there and PyTorch's
+//     fallback GEMM runs at a few percent of the fp32 rate.
+//   int8_linear: int8 weights with a float32 scale per output row
+//     (--quantization bridge_int8). oneDNN's int8 GEMM on AVX2 (no VNNI)
+//     runs at about 2 GB/s of weights, a tenth of the bf16 kernel.
+// Each reads the weights once per call (near the memory bandwidth for
+// decode-sized batches) and runs an fp32 FMA micro-kernel on them for larger
+// batches.
 //
 // Layout: w is [N, K] row-major (nn.Linear's own layout, used as loaded: no
 // packed copy). Both operands are walked along K, so the micro-kernel is a
@@ -42,6 +47,17 @@ inline float bf16_to_float(uint16_t v) {
   return f;
 }
 
+inline __m256 load_int8(const int8_t* p) {
+  const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
+}
+
+// Eight weights as float32, and one, for each stored weight type.
+inline __m256 load_w(const uint16_t* p) { return load_bf16(p); }
+inline __m256 load_w(const int8_t* p) { return load_int8(p); }
+inline float w_to_float(uint16_t v) { return bf16_to_float(v); }
+inline float w_to_float(int8_t v) { return static_cast<float>(v); }
+
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -78,15 +94,15 @@ inline uint16_t float_to_bf16_scalar(float f) {
 // follow too late), converted in registers and used for all M activation
 // rows. kUnroll independent accumulators per activation row hide the FMA
 // latency. Software prefetch runs kPrefetchAhead bytes ahead of the reads.
-template <int64_t M>
-void direct_rows(const float* x, int64_t ldx, const uint16_t* w, int64_t K,
-                 int64_t rows, float* y, int64_t ldy, const uint16_t* w_end) {
+template <int64_t M, typename W>
+void direct_rows(const float* x, int64_t ldx, const W* w, int64_t K,
+                 int64_t rows, float* y, int64_t ldy, const W* w_end) {
   constexpr int64_t kStep = kLanes * kUnroll;
   const int64_t k_main = K / kStep * kStep;
   const int64_t k_vec = K / kLanes * kLanes;
   const char* end = reinterpret_cast<const char*>(w_end);
   for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t* wr = w + r * K;
+    const W* wr = w + r * K;
     __m256 acc[M][kUnroll];
 #pragma GCC unroll 4
     for (int64_t m = 0; m < M; ++m)
@@ -97,7 +113,7 @@ void direct_rows(const float* x, int64_t ldx, const uint16_t* w, int64_t K,
       if (ahead < end) _mm_prefetch(ahead, _MM_HINT_T1);
 #pragma GCC unroll 4
       for (int64_t u = 0; u < kUnroll; ++u) {
-        const __m256 wv = load_bf16(wr + k + u * kLanes);
+        const __m256 wv = load_w(wr + k + u * kLanes);
 #pragma GCC unroll 4
         for (int64_t m = 0; m < M; ++m)
           acc[m][u] = _mm256_fmadd_ps(_mm256_loadu_ps(x + m * ldx + k + u * kLanes), wv,
@@ -105,7 +121,7 @@ void direct_rows(const float* x, int64_t ldx, const uint16_t* w, int64_t K,
       }
     }
     for (int64_t k = k_main; k < k_vec; k += kLanes) {
-      const __m256 wv = load_bf16(wr + k);
+      const __m256 wv = load_w(wr + k);
 #pragma GCC unroll 4
       for (int64_t m = 0; m < M; ++m)
         acc[m][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + m * ldx + k), wv, acc[m][0]);
@@ -116,7 +132,7 @@ void direct_rows(const float* x, int64_t ldx, const uint16_t* w, int64_t K,
 #pragma GCC unroll 4
       for (int64_t u = 1; u < kUnroll; ++u) sum = _mm256_add_ps(sum, acc[m][u]);
       float s = hsum(sum);
-      for (int64_t k = k_vec; k < K; ++k) s += x[m * ldx + k] * bf16_to_float(wr[k]);
+      for (int64_t k = k_vec; k < K; ++k) s += x[m * ldx + k] * w_to_float(wr[k]);
       y[m * ldy + r] = s;
     }
   }
@@ -165,21 +181,23 @@ void tile_dots_m(int64_t mr, const float* x, int64_t ldx, const float* wt, int64
 }
 
 // Weight rows [k0, k0 + kc) as fp32, each row padded with zeros to kcp.
-void convert_rows(const uint16_t* w, int64_t K, int64_t rows, int64_t k0, int64_t kc,
+template <typename W>
+void convert_rows(const W* w, int64_t K, int64_t rows, int64_t k0, int64_t kc,
                   int64_t kcp, float* out) {
   const int64_t k_vec = kc / kLanes * kLanes;
   for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t* src = w + r * K + k0;
+    const W* src = w + r * K + k0;
     float* dst = out + r * kcp;
-    for (int64_t k = 0; k < k_vec; k += kLanes) _mm256_store_ps(dst + k, load_bf16(src + k));
-    for (int64_t k = k_vec; k < kc; ++k) dst[k] = bf16_to_float(src[k]);
+    for (int64_t k = 0; k < k_vec; k += kLanes) _mm256_store_ps(dst + k, load_w(src + k));
+    for (int64_t k = k_vec; k < kc; ++k) dst[k] = w_to_float(src[k]);
     for (int64_t k = kc; k < kcp; ++k) dst[k] = 0.0f;
   }
 }
 
 // The same K block of the next rows, on its way to the cache while this one
 // is multiplied.
-void prefetch_rows(const uint16_t* w, int64_t K, int64_t rows, int64_t k0, int64_t kc) {
+template <typename W>
+void prefetch_rows(const W* w, int64_t K, int64_t rows, int64_t k0, int64_t kc) {
   for (int64_t r = 0; r < rows; ++r) {
     const char* begin = reinterpret_cast<const char*>(w + r * K + k0);
     const char* end = reinterpret_cast<const char*>(w + r * K + k0 + kc);
@@ -188,7 +206,8 @@ void prefetch_rows(const uint16_t* w, int64_t K, int64_t rows, int64_t k0, int64
 }
 
 // x: [M, ldx] fp32 with ldx a multiple of kLanes, zero beyond K.
-void blocked_rows(const float* x, int64_t M, int64_t K, int64_t ldx, const uint16_t* w,
+template <typename W>
+void blocked_rows(const float* x, int64_t M, int64_t K, int64_t ldx, const W* w,
                   int64_t rows, float* y, int64_t ldy) {
   alignas(32) float tile[kTileN * kBlockK];
   // Activation rows are taken kChunkM at a time so that their K block stays
@@ -221,12 +240,13 @@ void blocked_rows(const float* x, int64_t M, int64_t K, int64_t ldx, const uint1
 }
 
 // w_end: the end of the whole weight, as far as prefetching may reach.
-void rows_of_output(const float* x, int64_t M, int64_t K, int64_t ldx, const uint16_t* w,
-                    int64_t rows, float* y, int64_t ldy, const uint16_t* w_end) {
+template <typename W>
+void rows_of_output(const float* x, int64_t M, int64_t K, int64_t ldx, const W* w,
+                    int64_t rows, float* y, int64_t ldy, const W* w_end) {
   switch (M) {
-    case 1: direct_rows<1>(x, ldx, w, K, rows, y, ldy, w_end); break;
-    case 2: direct_rows<2>(x, ldx, w, K, rows, y, ldy, w_end); break;
-    case 3: direct_rows<3>(x, ldx, w, K, rows, y, ldy, w_end); break;
+    case 1: direct_rows<1, W>(x, ldx, w, K, rows, y, ldy, w_end); break;
+    case 2: direct_rows<2, W>(x, ldx, w, K, rows, y, ldy, w_end); break;
+    case 3: direct_rows<3, W>(x, ldx, w, K, rows, y, ldy, w_end); break;
     default: blocked_rows(x, M, K, ldx, w, rows, y, ldy); break;
   }
 }
@@ -238,28 +258,29 @@ void store_bf16(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = n_vec; i < n; ++i) dst[i] = float_to_bf16_scalar(src[i]);
 }
 
-at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& weight,
-                       const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kBFloat16,
-              "bf16_linear: weight must be a 2-D bfloat16 tensor");
-  TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu(), "bf16_linear: CPU tensors only");
+// The shared driver: x [..., K] (bf16 or float32), w [N, K] of type W,
+// optional float32 row scales [N] applied before the bias.
+template <typename W>
+at::Tensor narrow_weight_linear(const char* op, const at::Tensor& x, const at::Tensor& weight,
+                                const W* wp, const float* scales,
+                                const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu(), op, ": CPU tensors only");
   const int64_t N = weight.size(0);
   const int64_t K = weight.size(1);
-  TORCH_CHECK(x.size(-1) == K, "bf16_linear: x has ", x.size(-1), " features, weight ", K);
+  TORCH_CHECK(x.size(-1) == K, op, ": x has ", x.size(-1), " features, weight ", K);
   const auto out_dtype = x.scalar_type();
   TORCH_CHECK(out_dtype == at::kBFloat16 || out_dtype == at::kFloat,
-              "bf16_linear: x must be bfloat16 or float32");
+              op, ": x must be bfloat16 or float32");
 
   const at::Tensor x2 = x.reshape({-1, K}).contiguous();
   const int64_t M = x2.size(0);
-  const at::Tensor w = weight.contiguous();
   const bool bias_given = bias.has_value() && bias->defined();
   at::Tensor bias_c;
   if (bias_given) {
-    TORCH_CHECK(bias->numel() == N, "bf16_linear: bias has ", bias->numel(),
+    TORCH_CHECK(bias->numel() == N, op, ": bias has ", bias->numel(),
                 " values, weight ", N, " rows");
     TORCH_CHECK(bias->scalar_type() == at::kBFloat16 || bias->scalar_type() == at::kFloat,
-                "bf16_linear: bias must be bfloat16 or float32");
+                op, ": bias must be bfloat16 or float32");
     bias_c = bias->contiguous();
   }
   const bool to_bf16 = out_dtype == at::kBFloat16;
@@ -285,7 +306,6 @@ at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& weight,
     }
     for (int64_t k = K; k < ldx; ++k) row[k] = 0.0f;
   }
-  const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
   const bool bias_bf16 = bias_given && bias_c.scalar_type() == at::kBFloat16;
   const void* bp = bias_given ? bias_c.data_ptr() : nullptr;
 
@@ -296,9 +316,12 @@ at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& weight,
     // the streams the prefetching follows.)
     const int64_t grain = M <= kDirectMaxM ? 64 : 16;
     at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) {
-      rows_of_output(xp, M, K, ldx, wp + n0 * K, n1 - n0, yp + n0, N, wp + n1 * K);
+      rows_of_output<W>(xp, M, K, ldx, wp + n0 * K, n1 - n0, yp + n0, N, wp + n1 * K);
       for (int64_t m = 0; m < M; ++m) {
         float* row = yp + m * N;
+        if (scales != nullptr) {
+          for (int64_t n = n0; n < n1; ++n) row[n] *= scales[n];
+        }
         if (bias_bf16) {
           const uint16_t* b16 = static_cast<const uint16_t*>(bp);
           for (int64_t n = n0; n < n1; ++n) row[n] += bf16_to_float(b16[n]);
@@ -315,12 +338,35 @@ at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& weight,
   return out.view(shape);
 }
 
+at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& weight,
+                       const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kBFloat16,
+              "bf16_linear: weight must be a 2-D bfloat16 tensor");
+  const at::Tensor w = weight.contiguous();
+  const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
+  return narrow_weight_linear<uint16_t>("bf16_linear", x, w, wp, nullptr, bias);
+}
+
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale,
+                       const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kChar,
+              "int8_linear: weight must be a 2-D int8 tensor");
+  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.numel() == weight.size(0),
+              "int8_linear: scale must be float32 with one value per weight row");
+  const at::Tensor w = weight.contiguous();
+  const at::Tensor s = scale.contiguous();
+  return narrow_weight_linear<int8_t>("int8_linear", x, w, w.data_ptr<int8_t>(),
+                                      s.data_ptr<float>(), bias);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(vllm_bridge, m) {
   m.def("bf16_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
+  m.def("int8_linear(Tensor x, Tensor weight, Tensor scale, Tensor? bias) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(vllm_bridge, CPU, m) {
   m.impl("bf16_linear", &bf16_linear);
+  m.impl("int8_linear", &int8_linear);
 }
