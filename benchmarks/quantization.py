@@ -38,7 +38,9 @@ def int8_copy(model: object, kernel: str) -> None:
     class Int8Linear(torch.nn.Module):
         def __init__(self, linear: torch.nn.Linear) -> None:
             super().__init__()
-            self.gemm = Int8Gemm(linear.weight.data, kernel, linear.weight.dtype)
+            self.gemm = Int8Gemm(
+                linear.weight.data, kernel, linear.weight.dtype, linear.bias
+            )
             self.bias = linear.bias
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -143,7 +143,7 @@ def test_each_int8_gemm_of_this_cpu_matches_a_float_reference(kernel, dtype):
     weight = torch.randn(896, 4864, generator=generator) / 70
     x = torch.randn(5, 4864, generator=generator).to(dtype)
     bias = torch.randn(896, generator=generator).to(dtype)
-    gemm = Int8Gemm(weight, kernel, dtype)  # type: ignore[arg-type]
+    gemm = Int8Gemm(weight, kernel, dtype, bias)  # type: ignore[arg-type]
     assert gemm.kernel == kernel  # per layer only the shape counts
     quantized, scale = quantize_per_channel(weight)
     reference = x.float() @ (quantized.float() * scale).t() + bias.float()

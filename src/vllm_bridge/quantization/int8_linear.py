@@ -42,7 +42,11 @@ class Int8Gemm:
     bf16/fp16/fp32 activations (quantized per token on the way in)."""
 
     def __init__(
-        self, weight: torch.Tensor, kernel: Int8Kernel, out_dtype: torch.dtype
+        self,
+        weight: torch.Tensor,
+        kernel: Int8Kernel,
+        out_dtype: torch.dtype,
+        bias: torch.Tensor | None = None,
     ) -> None:
         qweight, scale = quantize_per_channel(weight)
         self.n, self.k = qweight.shape
@@ -51,8 +55,12 @@ class Int8Gemm:
         self.scale = scale.view(-1).contiguous()
         self.packed: torch.Tensor | None = None
         self.handler: ops.CPUDNNLGEMMHandler | None = None
+        # The AMX kernel takes a float32 bias: converted once, not per call.
+        self.bias_fp32: torch.Tensor | None = None
         if self.kernel == "amx":
             self.packed = torch.ops._C.convert_weight_packed(qweight)
+            if bias is not None:
+                self.bias_fp32 = bias.detach().float()
         elif self.kernel == "bridge":
             self.packed = qweight.contiguous()
         else:
@@ -80,7 +88,7 @@ class Int8Gemm:
                 x,
                 self.packed,
                 self.scale,
-                None if bias is None else bias.float(),
+                None if bias is None else self.bias_fp32,
                 x.dtype,
                 True,  # the weight is in the VNNI layout convert_weight_packed made
             )
@@ -101,7 +109,9 @@ class BridgeInt8LinearMethod(OnlineLinearBase):
         if getattr(layer, "_already_called_process_weights_after_loading", False):
             return
         weight = self.get_weight_for_quantization(layer)
-        layer.int8_gemm = Int8Gemm(weight.detach(), self.kernel, self.out_dtype)
+        layer.int8_gemm = Int8Gemm(
+            weight.detach(), self.kernel, self.out_dtype, getattr(layer, "bias", None)
+        )
         replace_parameter(layer, "weight", torch.empty(0, dtype=torch.int8))
         del weight
         kernel = layer.int8_gemm.kernel
