@@ -11,9 +11,11 @@ from vllm_bridge.compat import SUPPORTED_VLLM
 from vllm_bridge.patching.spec import Patch
 
 # The engine core itself waits up to VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS for
-# its workers, then tears down its own process groups (about 1 s on 2
-# cores): its parent must wait longer than that.
-ENGINE_CORE_TEARDOWN_S = 5.0
+# its workers, then tears down its own process groups and exits: 3 s in all
+# on an idle 2-core machine, over 10 s with a second engine compiling on the
+# same cores. Its parent must wait longer than that; a hung engine core is
+# still killed, after the same 25 s a drain may take.
+ENGINE_CORE_TEARDOWN_S = 20.0
 
 
 def exit_grace_s() -> float:
@@ -43,14 +45,15 @@ PATCH = Patch(
         "(a constant) to exit, while the engine core itself gives its workers "
         "up to VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS (5 s) and then tears "
         "down: a CPU worker's teardown (gloo process groups, garbage "
-        "collection of the model) took 2-4 s on 2 cores, so the engine core "
-        "was force-killed mid-teardown ('Process manager: force killing "
-        "remaining process EngineCore')."
+        "collection of the model) and exit took 3 s on an idle 2-core machine "
+        "and over 10 s with a second engine compiling beside it, so the "
+        "engine core was force-killed mid-teardown ('Process manager: force "
+        "killing remaining process EngineCore')."
     ),
     how=(
         "The process-manager shutdown that vllm/v1/engine/utils.py uses "
         "(also through its finalizer at interpreter exit) gets "
-        "VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS + 5 s when no timeout is given; "
+        "VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS + 20 s when no timeout is given; "
         "a given timeout is kept."
     ),
     upstream=(
