@@ -54,7 +54,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(model: Path, log_path: Path) -> tuple[subprocess.Popen, str]:
+def start_server(
+    model: Path, log_path: Path, extra_args: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen, str]:
     port = free_port()
     process = subprocess.Popen(
         [
@@ -65,6 +67,7 @@ def start_server(model: Path, log_path: Path) -> tuple[subprocess.Popen, str]:
             "127.0.0.1",
             "--port",
             str(port),
+            *extra_args,
         ],
         stdout=log_path.open("w"),
         stderr=subprocess.STDOUT,

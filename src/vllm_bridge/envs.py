@@ -193,6 +193,20 @@ INT8_KERNEL = EnvVar(
     allowed="auto, amx, onednn, bridge",
 )
 
+TPOT_OBJECTIVE_MS_RANGE = (0.0, 60_000.0)
+"""(exclusive low, inclusive high), milliseconds"""
+TPOT_OBJECTIVE_MS: EnvVar[float | None] = EnvVar(
+    "VLLM_BRIDGE_TPOT_OBJECTIVE_MS",
+    parse_float_in(*TPOT_OBJECTIVE_MS_RANGE),
+    None,
+    "a time-per-output-token objective in milliseconds: vllm-bridge's SLO "
+    "scheduler learns what a step costs and gives each step only the prompt "
+    "tokens that keep it under the objective while sequences are decoding "
+    "(docs/scheduling.md); unset keeps vLLM's scheduler",
+    key="tpot_objective_ms",
+    allowed="a number of milliseconds in (0, 60000]",
+)
+
 ALL: tuple[EnvVar[object], ...] = (  # type: ignore[assignment]
     DISABLE,
     DISABLE_PATCHES,
@@ -203,4 +217,5 @@ ALL: tuple[EnvVar[object], ...] = (  # type: ignore[assignment]
     ISA,
     LINEAR_KERNEL,
     INT8_KERNEL,
+    TPOT_OBJECTIVE_MS,
 )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from vllm_bridge import envs
 from vllm_bridge.config.audit import Change
 from vllm_bridge.config.quantization_rules import quantization_kernels
+from vllm_bridge.config.scheduler_rules import scheduler_class
 from vllm_bridge.config.schema import BridgeConfig
 from vllm_bridge.config.unsupported import reset_unsupported
 from vllm_bridge.device import cpu
@@ -427,4 +428,5 @@ AFTER_BUILTIN = (
     Rule("thread_binding", thread_binding),
     Rule("omp_spin_wait", omp_spin_wait),
     Rule("shutdown_drain", shutdown_drain),
+    Rule("scheduler_class", scheduler_class),
 )

@@ -43,6 +43,12 @@ class BridgeConfig(BaseModel):
         le=envs.DRAIN_TIMEOUT_RANGE[1],
         description=envs.DRAIN_TIMEOUT.allowed,
     )
+    tpot_objective_ms: float | None = Field(
+        default=envs.TPOT_OBJECTIVE_MS.default,
+        gt=envs.TPOT_OBJECTIVE_MS_RANGE[0],
+        le=envs.TPOT_OBJECTIVE_MS_RANGE[1],
+        description=envs.TPOT_OBJECTIVE_MS.allowed,
+    )
 
 
 # Where each key's default comes from when --additional-config leaves it out.

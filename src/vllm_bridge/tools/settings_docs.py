@@ -9,7 +9,7 @@ from vllm_bridge import envs
 def _default(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if value == ():
+    if value in ((), None):
         return "(none)"
     return str(value)
 
