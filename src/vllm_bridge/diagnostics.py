@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from vllm_bridge.config.reconcile import audited_values
+from vllm_bridge.device.cpu import numa_node_of
 from vllm_bridge.device.isa import detect
 from vllm_bridge.patches.catalogue import REGISTRY
 from vllm_bridge.patches.worker import isa_linear_kernel
@@ -63,6 +64,34 @@ def worker_report(worker: Any) -> dict[str, Any]:
         "model_load_resident_bytes": getattr(worker, "model_load_resident_bytes", None),
         **_int8_layers(worker),
         **_kv_cache_memory(worker),
+        **_parallel(worker),
+    }
+
+
+def _parallel(worker: Any) -> dict[str, Any]:
+    """This worker's place in a tensor/pipeline-parallel engine: its ranks,
+    the NUMA node of its first CPU, and what carries its tensor-parallel
+    collectives."""
+    from vllm.distributed import parallel_state
+
+    tp_group = parallel_state.get_tp_group()
+    communicator = getattr(tp_group.device_communicator, "dist_module", None)
+    return {
+        "rank": worker.rank,
+        "local_rank": worker.local_rank,
+        "tp_rank": tp_group.rank_in_group,
+        "pp_rank": parallel_state.get_pp_group().rank_in_group,
+        "memory_node": numa_node_of(min(os.sched_getaffinity(0))),
+        # vLLM's CPU communicator uses its shared-memory collectives where
+        # the kernel library registers them (not the AVX2 one).
+        "shm_collectives_available": hasattr(torch.ops._C, "init_shm_manager"),
+        "tp_communicator": (
+            "none (one worker)"
+            if tp_group.world_size == 1
+            else "shared memory"
+            if type(communicator).__name__ == "_CPUSHMDistributed"
+            else "torch.distributed (gloo)"
+        ),
     }
 
 

@@ -3,13 +3,17 @@ process-level setup it lacks done before anything runs."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from vllm.v1.worker.cpu_worker import CPUWorker
 
 from vllm_bridge import diagnostics
+from vllm_bridge.config.parallel_rules import THREADS_BIND_ENV
 from vllm_bridge.device.cpu import (
     amx_tile_permitted,
+    bind_process_to,
+    rank_cpus,
     release_free_heap,
     request_amx_permission,
 )
@@ -20,8 +24,42 @@ from vllm_bridge.patches.catalogue import REGISTRY
 logger = get_logger("worker")
 
 
+def _local_rank_and_config(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[int, Any]:
+    # CPUWorker(vllm_config, local_rank, rank, distributed_init_method, ...)
+    config = kwargs["vllm_config"] if "vllm_config" in kwargs else args[0]
+    local_rank = kwargs["local_rank"] if "local_rank" in kwargs else args[1]
+    return local_rank, config
+
+
+def _allocate_pipeline_receive_buffers(model_runner: Any) -> None:
+    """The buffers a later pipeline stage receives activations into.
+
+    vLLM's model runner allocates them in its profiling run, which the CPU
+    worker skips in eager mode: there, every stage after the first failed
+    its first step (``assert self.intermediate_tensors is not None``)."""
+    from vllm.distributed.parallel_state import get_pp_group
+
+    if get_pp_group().is_first_rank or model_runner.intermediate_tensors is not None:
+        return
+    model_runner.intermediate_tensors = (
+        model_runner.model.make_empty_intermediate_tensors(
+            batch_size=model_runner.max_num_tokens,
+            dtype=model_runner.model_config.dtype,
+            device=model_runner.device,
+        )
+    )
+
+
 class BridgeWorker(CPUWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        local_rank, vllm_config = _local_rank_and_config(args, kwargs)
+        if vllm_config.parallel_config.data_parallel_size == 1:
+            cpus = rank_cpus(os.environ.get(THREADS_BIND_ENV, ""), local_rank)
+            if cpus:
+                # Before vLLM's worker picks the NUMA node for its memory.
+                bind_process_to(cpus)
         self.amx_requested = request_amx_permission()
         # What the kernel reports after the request (logged, and read by tests).
         self.amx_permitted_at_init = amx_tile_permitted()
@@ -32,6 +70,11 @@ class BridgeWorker(CPUWorker):
             "vllm-bridge worker ready (AMX tile permission: %s).",
             self.amx_permitted_at_init,
         )
+
+    def compile_or_warm_up_model(self) -> Any:
+        times = super().compile_or_warm_up_model()
+        _allocate_pipeline_receive_buffers(self.model_runner)
+        return times
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         # The resident memory the weights added: quantized and unquantized

@@ -1,6 +1,7 @@
 """Run LLM(model) in a fresh process and print, as JSON: its greedy tokens,
 the worker's report, the executor, the operators the worker ran while
-generating, and the changes the main process recorded.
+generating, and the changes the main process recorded. ``report`` is the
+first worker's report, ``reports`` every worker's.
 
 A fresh process serves several tests: an in-process engine
 (VLLM_ENABLE_V1_MULTIPROCESSING=0, set by the caller) initialises
@@ -46,13 +47,14 @@ if __name__ == "__main__":
             if metric.name == "vllm:num_preemptions"
         )
         calls = kernel_calls(llm)
-        (report,) = llm.collective_rpc("bridge_report")
+        reports = llm.collective_rpc("bridge_report")
         executor = (
             llm.llm_engine.vllm_config.parallel_config.distributed_executor_backend
         )
     result = {
         "tokens": tokens,
-        "report": report,
+        "report": reports[0],
+        "reports": reports,
         "executor": executor,
         "calls": calls,
         "preemptions": preemptions,

@@ -39,11 +39,12 @@ def running_llm(model: Path, **kwargs: Any) -> Iterator[LLM]:
 
 
 def kernel_calls(llm: LLM) -> dict[str, int]:
-    """Operators the worker ran while generating (names -> call counts)."""
+    """Operators the (first) worker ran while generating (names -> call
+    counts)."""
     llm.collective_rpc("bridge_start_op_profile")
     greedy(llm)
-    (calls,) = llm.collective_rpc("bridge_stop_op_profile")
-    return calls
+    # The first worker's (all workers run the same operators).
+    return llm.collective_rpc("bridge_stop_op_profile")[0]
 
 
 def generate_in_subprocess(

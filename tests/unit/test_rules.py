@@ -55,7 +55,7 @@ def test_defaults_fill_worker_memory_and_threads(large_model: Path):
     assert config.cache_config.kv_cache_memory_bytes is not None
     cores = cpu.physical_cores(cpu.allowed_cpus())
     if len(cores) <= rules.SMALL_MACHINE_CORES:
-        assert os.environ[rules.THREADS_BIND_ENV] == rules._id_ranges(cores)
+        assert os.environ[rules.THREADS_BIND_ENV] == rules.id_ranges(cores)
 
 
 def test_second_pass_changes_nothing(large_model: Path):
@@ -259,7 +259,7 @@ def test_thread_binding_change_names_the_cores(large_model: Path):
     if len(cores) > rules.SMALL_MACHINE_CORES:
         assert change is None
     else:
-        assert change is not None and change.applied == rules._id_ranges(cores)
+        assert change is not None and change.applied == rules.id_ranges(cores)
         assert "engine-core" in change.reason
 
 
@@ -277,7 +277,7 @@ def test_all_core_binding_makes_idle_threads_yield(large_model: Path):
 
 def test_spin_wait_change_records_reason(tiny_model: Path, monkeypatch):
     cores = cpu.physical_cores(cpu.allowed_cpus())
-    monkeypatch.setenv(rules.THREADS_BIND_ENV, rules._id_ranges(cores))
+    monkeypatch.setenv(rules.THREADS_BIND_ENV, rules.id_ranges(cores))
     config = build(tiny_model)
     del os.environ[rules.SPINCOUNT_ENV]
     change = changes_of(config)[f"env.{rules.SPINCOUNT_ENV}"]
@@ -317,7 +317,7 @@ def test_partial_binding_leaves_spin_wait_alone(tiny_model: Path, monkeypatch):
     ],
 )
 def test_core_id_ranges(ids: list[int], text: str):
-    assert rules._id_ranges(ids) == text
+    assert rules.id_ranges(ids) == text
 
 
 def test_compiled_by_default_as_vllm_cpu_compiles(tiny_model: Path):

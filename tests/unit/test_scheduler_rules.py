@@ -106,3 +106,12 @@ def test_objective_without_chunked_prefill_is_refused(tiny_model: Path):
             enable_chunked_prefill=False,
             additional_config={"tpot_objective_ms": 80},
         )
+
+
+def test_slo_scheduler_built_without_objective_names_the_fix(tiny_model: Path):
+    """With vllm-bridge's rules not run (the plugin turned off, the class
+    given with --scheduler-cls), the scheduler itself refuses, before
+    vLLM's scheduler allocates anything."""
+    config = build(tiny_model)
+    with pytest.raises(BridgeConfigError, match="tpot_objective_ms"):
+        SloScheduler(vllm_config=config, kv_cache_config=None)

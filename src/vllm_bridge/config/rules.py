@@ -13,6 +13,11 @@ from typing import TYPE_CHECKING
 
 from vllm_bridge import envs
 from vllm_bridge.config.audit import Change
+from vllm_bridge.config.parallel_rules import (
+    THREADS_BIND_ENV,
+    id_ranges,
+    rank_binding,
+)
 from vllm_bridge.config.quantization_rules import quantization_kernels
 from vllm_bridge.config.scheduler_rules import scheduler_class
 from vllm_bridge.config.schema import BridgeConfig
@@ -27,7 +32,6 @@ if TYPE_CHECKING:
     from vllm_bridge.config.compile_decision import CompileInputs
 
 WORKER_CLASS = "vllm_bridge.worker.BridgeWorker"
-THREADS_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 KVCACHE_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 
 # vLLM's CacheConfig default; a config still holding it was not tuned for
@@ -192,11 +196,17 @@ def memory_preflight(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Chan
     weights, weights_text = _resident_weights_bytes(vllm_config)
     per_token = _kv_bytes_per_token(vllm_config)
     explicit_kv = vllm_config.cache_config.kv_cache_memory_bytes
+    ranks = vllm_config.parallel_config.local_world_size
     if explicit_kv is not None:
-        kv = explicit_kv
-        kv_text = f"the KV cache you set ({_size(kv)})"
+        kv = explicit_kv * ranks
+        kv_text = f"the KV cache you set ({_size(explicit_kv)} per worker)"
     elif per_token is not None:
-        kv = per_token * model.max_model_len
+        # per_token is one worker's share (its layers, its heads).
+        kv = (
+            per_token
+            * model.max_model_len
+            * vllm_config.parallel_config.local_world_size
+        )
         kv_text = (
             f"the KV cache of one sequence of max_model_len={model.max_model_len} "
             f"tokens ({_size(kv)})"
@@ -227,13 +237,18 @@ def kv_cache_budget(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Chang
         return []  # an explicit --gpu-memory-utilization
     available = cpu.available_memory_bytes()
     weights, _ = _resident_weights_bytes(vllm_config)
-    budget = int(bridge.kv_cache_share * (available - weights))
+    # kv_cache_memory_bytes is per worker: the workers on this node share
+    # its memory.
+    ranks = vllm_config.parallel_config.local_world_size
+    budget = int(bridge.kv_cache_share * (available - weights)) // ranks
     per_token = _kv_bytes_per_token(vllm_config)
     model = vllm_config.model_config
     reason = (
         f"kv_cache_share={bridge.kv_cache_share:g} of the memory available now "
         f"({_size(available)}) less the weights ({_size(weights)})"
     )
+    if ranks > 1:
+        reason += f", shared by the {ranks} workers on this node"
     needed = MiB
     if per_token is not None and model is not None:
         needed = per_token * model.max_model_len
@@ -266,19 +281,6 @@ def kv_cache_budget(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Chang
     ]
 
 
-def _id_ranges(ids: list[int]) -> str:
-    parts: list[str] = []
-    start = previous = ids[0]
-    for cpu_id in [*ids[1:], None]:
-        if cpu_id is not None and cpu_id == previous + 1:
-            previous = cpu_id
-            continue
-        parts.append(str(start) if start == previous else f"{start}-{previous}")
-        if cpu_id is not None:
-            start = previous = cpu_id
-    return ",".join(parts)
-
-
 def thread_binding(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
     if THREADS_BIND_ENV in os.environ or "OMP_NUM_THREADS" in os.environ:
         return []
@@ -291,7 +293,7 @@ def thread_binding(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change
     weights = _local_weights_bytes(vllm_config)
     if 0 < weights < ALL_CORES_MIN_WEIGHT_BYTES:
         return []  # unknown size (not a local directory) counts as large
-    value = _id_ranges(cores)
+    value = id_ranges(cores)
     # Set in this (main) process: the engine core and its workers are
     # spawned from it and inherit the environment.
     os.environ[THREADS_BIND_ENV] = value
@@ -426,6 +428,7 @@ AFTER_BUILTIN = (
     Rule("memory_preflight", memory_preflight),
     Rule("kv_cache_budget", kv_cache_budget),
     Rule("thread_binding", thread_binding),
+    Rule("rank_binding", rank_binding),
     Rule("omp_spin_wait", omp_spin_wait),
     Rule("shutdown_drain", shutdown_drain),
     Rule("scheduler_class", scheduler_class),

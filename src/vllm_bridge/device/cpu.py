@@ -35,6 +35,33 @@ def physical_cores(cpus: list[int]) -> list[int]:
     return sorted(chosen.values())
 
 
+def rank_cpus(threads_bind: str, local_rank: int) -> list[int] | None:
+    """The CPUs of worker ``local_rank`` in a per-worker binding
+    (``VLLM_CPU_OMP_THREADS_BIND="0-3|4-7"``), or None for a binding that
+    is not per worker ("auto", "nobind", one list)."""
+    from vllm.utils.cpu_resource_utils import parse_id_list
+
+    groups = threads_bind.split("|")
+    if len(groups) < 2 or local_rank >= len(groups):
+        return None
+    return parse_id_list(groups[local_rank])
+
+
+def bind_process_to(cpus: list[int]) -> None:
+    """Run this process on ``cpus`` only. vLLM's CPU worker places its
+    memory on the NUMA node of the first CPU the process may use, which
+    without this is CPU 0's node for every worker (vllm-project/vllm#50525)."""
+    os.sched_setaffinity(0, cpus)
+
+
+def numa_node_of(cpu_id: int) -> int:
+    """The NUMA node of ``cpu_id`` (0 where the kernel shows none)."""
+    for entry in os.listdir(f"/sys/devices/system/cpu/cpu{cpu_id}"):
+        if entry.startswith("node") and entry[4:].isdigit():
+            return int(entry[4:])
+    return 0
+
+
 def available_memory_bytes() -> int:
     """Memory available to the worker now: the smallest of the memory
     nodes it may use (vLLM's CPU worker checks against that) and the

@@ -23,6 +23,7 @@ from vllm.v1.outputs import ModelRunnerOutput
 
 from vllm_bridge.config import schema
 from vllm_bridge.config.scheduler_rules import SLO_SCHEDULER
+from vllm_bridge.errors import BridgeConfigError
 from vllm_bridge.log import get_logger
 from vllm_bridge.scheduling.chunk_sizing import prefill_token_budget
 from vllm_bridge.scheduling.step_cost import StepCostModel, StepShape
@@ -35,14 +36,19 @@ LOG_INTERVAL_S = 60.0
 
 class SloScheduler(Scheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        bridge = schema.load(self.vllm_config.additional_config, os.environ)
+        # Scheduler(vllm_config, kv_cache_config, ...): the objective is
+        # checked before vLLM's scheduler allocates anything.
+        vllm_config = kwargs["vllm_config"] if "vllm_config" in kwargs else args[0]
+        bridge = schema.load(vllm_config.additional_config, os.environ)
         if bridge.tpot_objective_ms is None:
-            raise ValueError(
+            # Reached only when vllm-bridge's rules did not run (the plugin
+            # turned off, the class named with --scheduler-cls).
+            raise BridgeConfigError(
                 f"{SLO_SCHEDULER} needs a time-per-output-token objective: set "
                 "--additional-config '{\"tpot_objective_ms\": N}' or "
-                "VLLM_BRIDGE_TPOT_OBJECTIVE_MS"
+                "VLLM_BRIDGE_TPOT_OBJECTIVE_MS."
             )
+        super().__init__(*args, **kwargs)
         self.objective_s = bridge.tpot_objective_ms / 1000.0
         self.configured_token_budget = self.max_num_scheduled_tokens
         self.cost_model = StepCostModel()

@@ -1,0 +1,112 @@
+"""The multi-worker rule: each worker of a tensor- or pipeline-parallel
+engine gets cores of its own, also where the machine has fewer NUMA nodes
+than workers (where vLLM's automatic binding refuses to start)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from vllm_bridge.config.audit import Change
+from vllm_bridge.device import cpu
+from vllm_bridge.errors import BridgeConfigError
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+
+    from vllm_bridge.config.schema import BridgeConfig
+
+THREADS_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+SIM_MULTI_NUMA_ENV = "VLLM_CPU_SIM_MULTI_NUMA"
+RESERVE_FROM_CORES = 8
+"""Above this many cores, one is kept for the engine-core and API-server
+processes (as vLLM's own binding does); below, a core is too large a share
+to leave to processes that need a few percent of one."""
+
+
+def id_ranges(ids: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``"0-2,5"`` (vLLM's CPU list syntax)."""
+    parts: list[str] = []
+    start = previous = ids[0]
+    for cpu_id in [*ids[1:], None]:
+        if cpu_id is not None and cpu_id == previous + 1:
+            previous = cpu_id
+            continue
+        parts.append(str(start) if start == previous else f"{start}-{previous}")
+        if cpu_id is not None:
+            start = previous = cpu_id
+    return ",".join(parts)
+
+
+def split_cores(cores: list[int], ranks: int) -> list[list[int]]:
+    """``cores`` in ``ranks`` contiguous groups whose sizes differ by at
+    most one (the first groups take the remainder)."""
+    size, extra = divmod(len(cores), ranks)
+    groups, start = [], 0
+    for rank in range(ranks):
+        end = start + size + (rank < extra)
+        groups.append(cores[start:end])
+        start = end
+    return groups
+
+
+def numa_nodes_with_cpus() -> list[int]:
+    from vllm.utils.cpu_resource_utils import (
+        get_allowed_cpu_list,
+        get_visible_memory_node,
+    )
+
+    visible = set(get_visible_memory_node())
+    return sorted({c.numa_node for c in get_allowed_cpu_list()} & visible)
+
+
+def rank_binding(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
+    parallel = vllm_config.parallel_config
+    ranks = parallel.local_world_size
+    if ranks <= 1 or parallel.data_parallel_size != 1:
+        return []
+    if any(
+        name in os.environ
+        for name in (THREADS_BIND_ENV, "OMP_NUM_THREADS", SIM_MULTI_NUMA_ENV)
+    ):
+        return []  # the user's binding, or vLLM's simulated NUMA plan
+    nodes = numa_nodes_with_cpus()
+    if len(nodes) >= ranks:
+        return []  # vLLM's binding gives each worker a NUMA node of its own
+    cores = cpu.physical_cores(cpu.allowed_cpus())
+    layout = (
+        f"tensor_parallel_size={parallel.tensor_parallel_size} x "
+        f"pipeline_parallel_size={parallel.pipeline_parallel_size}"
+    )
+    if len(cores) < ranks:
+        raise BridgeConfigError(
+            f"{ranks} workers ({layout}) need a physical core each; this process "
+            f"may use {len(cores)} ({id_ranges(cores)}). Use fewer workers, give "
+            f"the process more cores, or set {THREADS_BIND_ENV} yourself."
+        )
+    kept = cores[-1:] if len(cores) > RESERVE_FROM_CORES else []
+    groups = split_cores(cores[: len(cores) - len(kept)], ranks)
+    value = "|".join(id_ranges(group) for group in groups)
+    # Set in this (main) process: the engine core and its workers are
+    # spawned from it and inherit the environment.
+    os.environ[THREADS_BIND_ENV] = value
+    plan = "; ".join(
+        f"worker {rank}: {id_ranges(group)}" for rank, group in enumerate(groups)
+    )
+    reserve = (
+        f"; core {kept[0]} stays with the engine-core and API-server processes"
+        if kept
+        else ""
+    )
+    return [
+        Change(
+            f"env.{THREADS_BIND_ENV}",
+            "auto",
+            value,
+            f"{ranks} workers ({layout}) on {len(nodes)} NUMA node(s): vLLM's "
+            "automatic binding wants a node per worker and refuses to start; "
+            f"each worker gets cores of its own ({plan}) and its memory on "
+            f"their NUMA node{reserve}",
+            "rank_binding",
+        )
+    ]

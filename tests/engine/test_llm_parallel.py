@@ -1,0 +1,65 @@
+"""LLM(model=tiny) with two workers at defaults, tensor-parallel and
+pipeline-parallel (eager): the same greedy tokens as Hugging Face
+transformers (float32), each worker on cores of its own, the memory node
+of its cores, and the communicator this machine's kernel library offers.
+
+On a machine with fewer NUMA nodes than workers vLLM's automatic binding
+refuses to start ("Not enough allowed NUMA nodes"): rule rank_binding gives
+each worker its own cores. Pipeline parallelism in eager mode failed at the
+first step of the second stage until BridgeWorker allocated its receive
+buffers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.engine.llm_support import generate_in_subprocess
+from vllm_bridge.device import cpu
+
+pytestmark = pytest.mark.engine
+LAYOUTS = {
+    "tp2": {"tensor_parallel_size": 2},
+    "pp2": {"pipeline_parallel_size": 2},
+}
+
+
+@pytest.fixture(scope="module", params=sorted(LAYOUTS))
+def run(request: pytest.FixtureRequest, tiny_model: Path) -> tuple[str, dict]:
+    layout = request.param
+    return layout, generate_in_subprocess(
+        tiny_model, eager=True, llm_kwargs=LAYOUTS[layout]
+    )
+
+
+def test_greedy_tokens_match_transformers(run, hf_greedy):
+    _, result = run
+    assert result["tokens"] == hf_greedy
+
+
+def test_each_worker_has_its_own_cores_and_their_memory_node(run):
+    layout, result = run
+    reports = result["reports"]
+    assert [r["rank"] for r in reports] == [0, 1]
+    stage = "tp_rank" if layout == "tp2" else "pp_rank"
+    assert [r[stage] for r in reports] == [0, 1]
+    first, second = (set(r["affinity"]) for r in reports)
+    assert first and second and not first & second
+    for report in reports:
+        assert report["affinity"] == cpu.rank_cpus(
+            report["threads_bind_env"], report["local_rank"]
+        )
+        assert report["memory_node"] == cpu.numa_node_of(report["affinity"][0])
+        assert report["omp_threads"] == len(report["affinity"])
+
+
+def test_tensor_parallel_collectives_use_shared_memory_where_offered(run):
+    layout, result = run
+    for report in result["reports"]:
+        if layout == "pp2":
+            assert report["tp_communicator"] == "none (one worker)"
+        elif report["shm_collectives_available"]:
+            assert report["tp_communicator"] == "shared memory"
+        else:
+            assert report["tp_communicator"] == "torch.distributed (gloo)"
