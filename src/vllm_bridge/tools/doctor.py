@@ -278,8 +278,8 @@ def check_cores() -> Finding:
     allowed = cpu.allowed_cpus()
     cores = cpu.physical_cores(allowed)
     detail = (
-        f"{len(allowed)} logical CPU(s) ({rules._id_ranges(allowed)}), "
-        f"{len(cores)} physical core(s) ({rules._id_ranges(cores)})"
+        f"{len(allowed)} logical CPU(s) ({rules.id_ranges(allowed)}), "
+        f"{len(cores)} physical core(s) ({rules.id_ranges(cores)})"
     )
     if len(cores) <= rules.SMALL_MACHINE_CORES:
         detail += (
