@@ -52,10 +52,11 @@ def generate_in_subprocess(
     dtype: str = "float32",
     eager: bool = False,
     llm_kwargs: dict[str, Any] | None = None,
+    unset: tuple[str, ...] = (),
     **env: str,
 ) -> dict[str, Any]:
-    """tests/engine/generate_in_subprocess.py's result, with ``env`` added
-    and ``llm_kwargs`` given to LLM(...)."""
+    """tests/engine/generate_in_subprocess.py's result, with ``env`` added,
+    the variables ``unset`` removed, and ``llm_kwargs`` given to LLM(...)."""
     proc = subprocess.run(
         [
             sys.executable,
@@ -67,7 +68,10 @@ def generate_in_subprocess(
             json.dumps(llm_kwargs or {}),
         ],
         cwd=REPO,
-        env={**os.environ, **env},
+        env={
+            **{k: v for k, v in os.environ.items() if k not in unset},
+            **env,
+        },
         capture_output=True,
         text=True,
         timeout=600,

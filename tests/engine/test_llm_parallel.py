@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine.llm_support import generate_in_subprocess
+from vllm_bridge.config.parallel_rules import THREADS_BIND_ENV
 from vllm_bridge.device import cpu
 
 pytestmark = pytest.mark.engine
@@ -36,8 +37,14 @@ CHOSEN = os.environ.get("TEST_PARALLEL_LAYOUTS", "pp2").split(",")
 @pytest.fixture(scope="module", params=CHOSEN)
 def run(request: pytest.FixtureRequest, tiny_model: Path) -> tuple[str, dict]:
     layout = request.param
+    # An engine this test process ran earlier (module-scoped LLM fixtures)
+    # left its one-worker binding in os.environ; a user starting a fresh
+    # process has none.
     return layout, generate_in_subprocess(
-        tiny_model, eager=True, llm_kwargs=LAYOUTS[layout]
+        tiny_model,
+        eager=True,
+        llm_kwargs=LAYOUTS[layout],
+        unset=(THREADS_BIND_ENV, "GOMP_SPINCOUNT"),
     )
 
 

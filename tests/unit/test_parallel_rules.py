@@ -73,6 +73,19 @@ def test_the_users_binding_stays(tiny_model: Path, monkeypatch: pytest.MonkeyPat
     assert os.environ[THREADS_BIND_ENV] == "0|0"
 
 
+def test_a_binding_without_a_list_per_worker_is_refused(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """vLLM would fail in the engine core ("Given number of CPU id list
+    ... doesn't match local world size")."""
+    monkeypatch.setenv(THREADS_BIND_ENV, "0-1")
+    with pytest.raises(BridgeConfigError) as error:
+        build(tiny_model, pipeline_parallel_size=2)
+    text = str(error.value)
+    assert f"{THREADS_BIND_ENV}='0-1' gives 1 CPU list(s) for 2 workers" in text
+    assert "one list per worker" in text
+
+
 def test_simulated_numa_nodes_keep_vllms_plan(
     tiny_model: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -65,6 +65,17 @@ def rank_binding(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
     ranks = parallel.local_world_size
     if ranks <= 1 or parallel.data_parallel_size != 1:
         return []
+    layout = (
+        f"tensor_parallel_size={parallel.tensor_parallel_size} x "
+        f"pipeline_parallel_size={parallel.pipeline_parallel_size}"
+    )
+    bind = os.environ.get(THREADS_BIND_ENV)
+    if bind not in (None, "auto", "nobind") and len(bind.split("|")) != ranks:
+        raise BridgeConfigError(
+            f"{THREADS_BIND_ENV}={bind!r} gives {len(bind.split('|'))} CPU list(s) "
+            f"for {ranks} workers ({layout}): give one list per worker, "
+            f"separated by '|' (e.g. '0-3|4-7'), or unset it."
+        )
     if any(
         name in os.environ
         for name in (THREADS_BIND_ENV, "OMP_NUM_THREADS", SIM_MULTI_NUMA_ENV)
@@ -74,10 +85,6 @@ def rank_binding(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
     if len(nodes) >= ranks:
         return []  # vLLM's binding gives each worker a NUMA node of its own
     cores = cpu.physical_cores(cpu.allowed_cpus())
-    layout = (
-        f"tensor_parallel_size={parallel.tensor_parallel_size} x "
-        f"pipeline_parallel_size={parallel.pipeline_parallel_size}"
-    )
     if len(cores) < ranks:
         raise BridgeConfigError(
             f"{ranks} workers ({layout}) need a physical core each; this process "
