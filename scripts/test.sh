@@ -16,4 +16,4 @@ bash scripts/setup.sh
 # engine serves a module): an engine start is mostly single-threaded
 # (imports, dynamo, inductor), so two of them fill two cores. `-n 0` after
 # this runs everything in one process.
-exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"
+exec .venv/bin/python -m pytest -n 2 --dist loadfile --durations=25 "$@"

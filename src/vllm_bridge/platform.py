@@ -11,12 +11,14 @@ them all and ran at 0.37x the built-in platform; see docs/design.md.
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TYPE_CHECKING
 
 from vllm.platforms.cpu import CpuPlatform
 
 from vllm_bridge.config.reconcile import reconcile
 from vllm_bridge.config.schema import use_strict_additional_config
+from vllm_bridge.config.vllm_environ import validate_vllm_environ
 from vllm_bridge.patches.catalogue import REGISTRY
 from vllm_bridge.quantization import describe_in_parser
 
@@ -37,6 +39,13 @@ class BridgePlatform(CpuPlatform):
     @classmethod
     def check_and_update_config(cls, vllm_config: VllmConfig) -> None:
         reconcile(vllm_config, builtin=super().check_and_update_config)
+
+    @classmethod
+    def validate_environ(cls, hard_fail: bool) -> None:
+        # vLLM's own check calls every VLLM_BRIDGE_* variable unknown (a
+        # warning per variable at each start, an error under
+        # --fail-on-environ-validation); vllm-bridge checks those itself.
+        validate_vllm_environ(os.environ, hard_fail)
 
     @classmethod
     def import_kernels(cls) -> None:

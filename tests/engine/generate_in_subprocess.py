@@ -6,9 +6,8 @@ first worker's report, ``reports`` every worker's.
 A fresh process serves several tests: an in-process engine
 (VLLM_ENABLE_V1_MULTIPROCESSING=0, set by the caller) initialises
 torch.distributed in the process that runs it, which would outlive the test
-module; a real second start of a compiled model keeps nothing compiled in
-memory from the first; and the ISA switch (VLLM_BRIDGE_ISA) acts only from
-interpreter start.
+module; an LLM(...) script's exit is what a user's script does; and the ISA
+switch (VLLM_BRIDGE_ISA) acts only from interpreter start.
 
     python -m tests.engine.generate_in_subprocess MODEL [DTYPE [eager [KWARGS]]]
 

@@ -46,14 +46,20 @@ class Server:
 
 
 def start_server(
-    model: Path, log_path: Path, *extra: str, env: dict[str, str] | None = None
+    model: Path,
+    log_path: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    launcher: tuple[str, ...] = (),
 ) -> Server:
-    """`vllm serve MODEL` with no tuning flags (``env`` adds variables);
-    returns once /health answers."""
+    """`vllm serve MODEL` with no tuning flags (``env`` adds variables,
+    ``launcher`` is a command that runs it, e.g. in a namespace); returns
+    once /health answers."""
     port = free_port()
     log_file = log_path.open("w")
     process = subprocess.Popen(
         [
+            *launcher,
             str(VENV_BIN / "vllm"),
             "serve",
             str(model),

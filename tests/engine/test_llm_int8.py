@@ -1,6 +1,10 @@
 """`--quantization bridge_int8` in a real engine: LLM(...) and `vllm serve`
 at their defaults (compiled) on the tiny float32 checkpoint, checked
-against Hugging Face transformers on the same float32 weights."""
+against Hugging Face transformers on the same float32 weights.
+
+The server loads the graph the LLM compiled from vLLM's compile cache: the
+engine test of the compile-cache-load patch (without it the load fails and
+the server compiles again)."""
 
 from __future__ import annotations
 
@@ -47,9 +51,18 @@ def expected_kernel() -> str:
     return choice.kernel
 
 
+# `vllm serve`'s scheduler defaults (LLM's are 4096 and 256): they size the
+# compiled graph, so the server below loads the graph this LLM compiled
+# from vLLM's cache instead of compiling its own (40 s of the suite).
+SERVE_SCHEDULER_DEFAULTS = {"max_num_batched_tokens": 2048, "max_num_seqs": 128}
+AOT_CACHE_HIT = "Directly load AOT compilation"
+
+
 @pytest.fixture(scope="module")
 def llm(tiny_model: Path) -> Iterator[LLM]:
-    with running_llm(tiny_model, quantization="bridge_int8") as engine:
+    with running_llm(
+        tiny_model, quantization="bridge_int8", **SERVE_SCHEDULER_DEFAULTS
+    ) as engine:
         yield engine
 
 
@@ -103,4 +116,9 @@ def test_vllm_serve_gives_the_same_tokens(llm: LLM, tiny_model: Path, tmp_path: 
     finally:
         assert server.stop(signal.SIGTERM) == 0
     kernel = expected_kernel()
-    assert f"env.{envs.INT8_KERNEL.name}: 'auto' -> '{kernel}'" in server.log()
+    log = server.log()
+    assert f"env.{envs.INT8_KERNEL.name}: 'auto' -> '{kernel}'" in log
+    # the quantized graph compiled in one process is reused by another
+    assert AOT_CACHE_HIT in log
+    # vLLM's check of VLLM_* variables leaves vllm-bridge's own alone
+    assert "Unknown vLLM environment variable detected: VLLM_BRIDGE" not in log

@@ -31,7 +31,12 @@ LAYOUTS = {
     "tp2": {"tensor_parallel_size": 2},
     "pp2": {"pipeline_parallel_size": 2},
 }
-CHOSEN = os.environ.get("TEST_PARALLEL_LAYOUTS", "pp2").split(",")
+# "nodes2" is tests/engine/test_serve_two_nodes.py's
+CHOSEN = [
+    layout
+    for layout in os.environ.get("TEST_PARALLEL_LAYOUTS", "pp2").split(",")
+    if layout in LAYOUTS
+]
 
 
 @pytest.fixture(scope="module", params=CHOSEN)
@@ -78,3 +83,11 @@ def test_tensor_parallel_collectives_use_shared_memory_where_offered(run):
             assert report["tp_communicator"] == "shared memory"
         else:
             assert report["tp_communicator"] == "torch.distributed (gloo)"
+
+
+def test_the_script_ends_without_force_killing_its_engine_core(run):
+    """An LLM(...) script's exit: the engine core stops both workers and
+    exits by itself (patch engine-core-exit-grace; its deterministic test is
+    tests/unit/test_engine_core_exit_grace.py)."""
+    _, result = run
+    assert not result["force_killed"]

@@ -1,6 +1,6 @@
 """The compile-cache-load patch changes torch only while vLLM loads a
-compiled model (the engine test in tests/engine/test_llm_compiled.py shows
-the load succeeding on a real second start)."""
+compiled model (the engine test in tests/engine/test_llm_int8.py shows the
+load succeeding in a real second engine)."""
 
 from __future__ import annotations
 

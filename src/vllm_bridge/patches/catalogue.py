@@ -5,6 +5,7 @@ from vllm_bridge.patches.platform import (
     async_llm_quiet_shutdown,
     config_error_exit,
     engine_core_exit_grace,
+    engine_dead_message,
     isa_auto_dtype,
     isa_switch,
     serve_shutdown_status,
@@ -15,6 +16,7 @@ from vllm_bridge.patches.worker import (
     compile_cache_load,
     isa_linear_kernel,
     kv_cache_zero_pages,
+    shm_group_host_name,
 )
 from vllm_bridge.patching.registry import Registry
 
@@ -27,9 +29,11 @@ REGISTRY = Registry(
         async_llm_quiet_shutdown.PATCH,
         engine_core_exit_grace.PATCH,
         serve_shutdown_status.PATCH,
+        engine_dead_message.PATCH,
         compile_cache_load.PATCH,
         compile_cache_isa_key.PATCH,
         kv_cache_zero_pages.PATCH,
         isa_linear_kernel.PATCH,
+        shm_group_host_name.PATCH,
     ]
 )

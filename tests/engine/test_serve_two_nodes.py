@@ -1,0 +1,118 @@
+"""`vllm serve` across two nodes with vLLM's multiprocessing executor
+(`--nnodes 2 --node-rank N --master-addr`), tensor parallel over both.
+
+The two nodes are two simulated hosts on this machine: each node process
+runs in a mount and UTS namespace of its own (`unshare -m -u`: its own
+/dev/shm and host name) on the one network, with a core of its own. Node 0
+runs the API server, the engine core and rank 0; node 1 (`--headless`)
+rank 1. Their TP group cannot share memory, so it must fall back to gloo.
+
+Opt-in (TEST_PARALLEL_LAYOUTS=nodes2,...): about a minute of two cores,
+which the suite's 8-minute budget does not have; run by hand on the
+reference machine (docs/distributed.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.conftest import MAX_TOKENS, PROMPTS, VENV_BIN
+from tests.engine.server_support import Server, free_port, start_server
+from tests.simulated_hosts import as_host, can_simulate_hosts
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.skipif(
+        "nodes2" not in os.environ.get("TEST_PARALLEL_LAYOUTS", "").split(","),
+        reason="opt-in: TEST_PARALLEL_LAYOUTS=nodes2 (a minute of the time budget)",
+    ),
+    pytest.mark.skipif(
+        not can_simulate_hosts(),
+        reason="simulating two hosts needs unshare -m -u and mount (CAP_SYS_ADMIN)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def nodes(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    logs = tmp_path_factory.mktemp("nodes")
+    common = [
+        "--nnodes",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        "--tensor-parallel-size",
+        "2",
+        "--enforce-eager",
+        "--dtype",
+        "float32",
+    ]
+    # A host's worker has its host's cores: here one core each.
+    headless = subprocess.Popen(
+        [
+            *as_host("node1"),
+            str(VENV_BIN / "vllm"),
+            "serve",
+            str(tiny_model),
+            *common,
+            "--node-rank",
+            "1",
+            "--headless",
+        ],
+        stdout=(logs / "node1.log").open("w"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "1"},
+    )
+    server = start_server(
+        tiny_model,
+        logs / "node0.log",
+        *common,
+        "--node-rank",
+        "0",
+        env={"VLLM_CPU_OMP_THREADS_BIND": "0"},
+        launcher=as_host("node0"),
+    )
+    try:
+        yield server, logs
+    finally:
+        server.stop(signal.SIGTERM)
+        headless.send_signal(signal.SIGTERM)
+        try:
+            headless.wait(60)
+        except subprocess.TimeoutExpired:
+            headless.kill()
+
+
+def test_greedy_text_matches_transformers(
+    nodes: tuple[Server, Path], tiny_model: Path, hf_greedy: list[list[int]]
+):
+    from transformers import AutoTokenizer
+
+    server, _ = nodes
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused")
+    for prompt, expected in zip(PROMPTS[:3], hf_greedy[:3], strict=True):
+        completion = client.completions.create(
+            model=str(tiny_model),
+            prompt=prompt,
+            max_tokens=MAX_TOKENS,
+            temperature=0.0,
+            extra_body={"min_tokens": MAX_TOKENS},
+        )
+        assert completion.choices[0].text == tokenizer.decode(expected)
+
+
+def test_the_group_across_hosts_falls_back_to_gloo(nodes: tuple[Server, Path]):
+    _, logs = nodes
+    for node in ("node0", "node1"):
+        log = (logs / f"{node}.log").read_text()
+        assert "CPU SHM communicator disabled for group tp:0" in log

@@ -1,0 +1,49 @@
+"""BridgePlatform.validate_environ: vLLM's check of VLLM_* variables, which
+vLLM runs on every EngineArgs.create_engine_config, without vllm-bridge's
+own variables."""
+
+from __future__ import annotations
+
+import pytest
+from vllm.engine.arg_utils import EngineArgs
+from vllm.platforms.cpu import CpuPlatform
+
+from vllm_bridge.config.vllm_environ import unknown_vllm_variables
+from vllm_bridge.platform import BridgePlatform
+
+
+def test_vllm_bridge_variables_are_not_vllms_unknowns(monkeypatch):
+    monkeypatch.setenv("VLLM_BRIDGE_STRICT", "0")
+    # vLLM's own check refuses it (what every start warned about)
+    with pytest.raises(ValueError, match="VLLM_BRIDGE_STRICT"):
+        CpuPlatform.validate_environ(hard_fail=True)
+    BridgePlatform.validate_environ(hard_fail=True)
+
+
+def test_other_unknown_vllm_variables_are_still_refused(monkeypatch):
+    monkeypatch.setenv("VLLM_BRIDGE_STRICT", "0")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPAEC", "4")
+    assert unknown_vllm_variables(
+        {"VLLM_CPU_KVCACHE_SPAEC": "4", "VLLM_BRIDGE_STRICT": "0"}
+    ) == ["VLLM_CPU_KVCACHE_SPAEC"]
+    with pytest.raises(
+        ValueError,
+        match="Unknown vLLM environment variable detected: VLLM_CPU_KVCACHE_SPAEC",
+    ):
+        BridgePlatform.validate_environ(hard_fail=True)
+
+
+def test_known_vllm_variables_pass(monkeypatch):
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
+    assert unknown_vllm_variables({"VLLM_CPU_KVCACHE_SPACE": "4"}) == []
+
+
+def test_engine_args_reach_the_platform_check(monkeypatch, tiny_model):
+    """vLLM calls the current platform's check while it builds a config:
+    with --fail-on-environ-validation a vllm-bridge variable passes, a
+    misspelt vLLM variable stops the build."""
+    monkeypatch.setenv("VLLM_BRIDGE_STRICT", "0")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPAEC", "4")
+    args = EngineArgs(model=str(tiny_model), fail_on_environ_validation=True)
+    with pytest.raises(ValueError, match="VLLM_CPU_KVCACHE_SPAEC"):
+        args.create_engine_config()
