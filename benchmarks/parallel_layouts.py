@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.load import free_port  # noqa: E402
 from benchmarks.throughput import child_result, model_dir, prompts  # noqa: E402
 
 LAYOUTS = {"tp1": (1, 1), "tp2": (2, 1), "pp2": (1, 2)}
@@ -100,12 +100,6 @@ def allreduce_child(rank: int, port: int, rows: int, width: int, dtype: str) -> 
     if rank == 0:
         print("RESULT " + json.dumps(timings), flush=True)
     dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def time_allreduce(rows: int, width: int, dtype: str) -> dict[str, float]:

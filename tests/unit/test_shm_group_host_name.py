@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.engine.server_support import free_port
 from tests.simulated_hosts import as_host, can_simulate_hosts
 from vllm_bridge.patches.worker.shm_group_host_name import shared_memory_domain
 
@@ -28,12 +28,6 @@ needs_namespaces = pytest.mark.skipif(
     not can_simulate_hosts(),
     reason="simulating two hosts needs unshare -m -u and mount (CAP_SYS_ADMIN)",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def run_ranks(own_shm_per_rank: bool) -> list[subprocess.CompletedProcess[str]]:

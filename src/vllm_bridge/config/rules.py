@@ -202,11 +202,7 @@ def memory_preflight(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Chan
         kv_text = f"the KV cache you set ({_size(explicit_kv)} per worker)"
     elif per_token is not None:
         # per_token is one worker's share (its layers, its heads).
-        kv = (
-            per_token
-            * model.max_model_len
-            * vllm_config.parallel_config.local_world_size
-        )
+        kv = per_token * model.max_model_len * ranks
         kv_text = (
             f"the KV cache of one sequence of max_model_len={model.max_model_len} "
             f"tokens ({_size(kv)})"
