@@ -2,7 +2,9 @@
 what one all-reduce costs.
 
 Layouts (each engine in a fresh process, alternating rounds, vllm-bridge
-at its defaults otherwise): TP=1, TP=2, PP=2. Per layout: single-stream
+at its defaults otherwise): TP=1, TP=2, PP=2 (multiprocessing executor),
+and TP=2 on Ray (`distributed_executor_backend="ray"`: where no Ray
+cluster runs, vllm-bridge starts one on this machine). Per layout: single-stream
 and 16-concurrent greedy tok/s (128 tokens each, ignore_eos), and whether
 the greedy tokens equal TP=1's (float32 by default, where layouts must
 agree). Then two real ranks of vLLM's CPU communicator time one
@@ -30,7 +32,14 @@ sys.path.insert(0, str(REPO))
 from benchmarks.load import free_port  # noqa: E402
 from benchmarks.throughput import child_result, model_dir, prompts  # noqa: E402
 
-LAYOUTS = {"tp1": (1, 1), "tp2": (2, 1), "pp2": (1, 2)}
+# layout: (tensor_parallel_size, pipeline_parallel_size, executor backend;
+# None: vLLM's default)
+LAYOUTS = {
+    "tp1": (1, 1, None),
+    "tp2": (2, 1, None),
+    "pp2": (1, 2, None),
+    "tp2_ray": (2, 1, "ray"),
+}
 OUTPUT_TOKENS = 128
 CONCURRENT = 16
 ALLREDUCE_REPEATS = 2000
@@ -39,13 +48,14 @@ ALLREDUCE_REPEATS = 2000
 def engine_child(model: str, mode: str, layout: str, dtype: str) -> None:
     from vllm import LLM, SamplingParams
 
-    tp, pp = LAYOUTS[layout]
+    tp, pp, backend = LAYOUTS[layout]
     llm = LLM(
         model=model,
         dtype=dtype,
         enforce_eager=mode == "eager",
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
+        distributed_executor_backend=backend,
     )
     params = SamplingParams(temperature=0.0, max_tokens=OUTPUT_TOKENS, ignore_eos=True)
     llm.generate(prompts()[:2], SamplingParams(max_tokens=8), use_tqdm=False)

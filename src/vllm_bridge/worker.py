@@ -6,10 +6,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import torch
 from vllm.v1.worker.cpu_worker import CPUWorker
 
 from vllm_bridge import diagnostics
-from vllm_bridge.config.parallel_rules import THREADS_BIND_ENV
+from vllm_bridge.config.parallel_rules import (
+    THREADS_BIND_ENV,
+    id_ranges,
+    ray_worker_cores,
+)
 from vllm_bridge.device.cpu import (
     amx_tile_permitted,
     bind_process_to,
@@ -17,6 +22,7 @@ from vllm_bridge.device.cpu import (
     release_free_heap,
     request_amx_permission,
 )
+from vllm_bridge.distributed.ray_cluster import node_cpu_count
 from vllm_bridge.log import get_logger
 from vllm_bridge.ops.activation import register as register_custom_ops
 from vllm_bridge.patches.catalogue import REGISTRY
@@ -52,10 +58,41 @@ def _allocate_pipeline_receive_buffers(model_runner: Any) -> None:
     )
 
 
+def _bind_ray_worker(local_rank: int, parallel: Any) -> None:
+    """Bind a worker that Ray started: its share of its node's cores, and
+    as many threads (Ray starts actors with OMP_NUM_THREADS=1)."""
+    import ray
+
+    # vLLM's Ray executor gives each worker the ids of its node's workers.
+    local_workers = len(parallel.assigned_physical_gpu_ids or ()) or 1
+    node_cpus = node_cpu_count()
+    cpus = ray_worker_cores(local_rank, local_workers, node_cpus)
+    if cpus is not None:
+        bind_process_to(cpus)
+        threads = len(cpus)
+        where = f"bound to CPUs {id_ranges(cpus)}"
+    else:  # VLLM_CPU_OMP_THREADS_BIND=nobind: no binding, but not one thread
+        threads = max(1, int(node_cpus or 1) // local_workers)
+        where = "unbound"
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    logger.info(
+        "vllm-bridge Ray worker %d of %d on Ray node %s %s with %d thread(s).",
+        local_rank,
+        local_workers,
+        ray.get_runtime_context().get_node_id(),
+        where,
+        threads,
+    )
+
+
 class BridgeWorker(CPUWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         local_rank, vllm_config = _local_rank_and_config(args, kwargs)
-        if vllm_config.parallel_config.data_parallel_size == 1:
+        parallel = vllm_config.parallel_config
+        if parallel.data_parallel_size == 1 and parallel.use_ray:
+            _bind_ray_worker(local_rank, parallel)
+        elif parallel.data_parallel_size == 1:
             cpus = rank_cpus(os.environ.get(THREADS_BIND_ENV, ""), local_rank)
             if cpus:
                 # Before vLLM's worker picks the NUMA node for its memory.

@@ -16,6 +16,13 @@ from vllm import LLM, SamplingParams
 
 from tests.conftest import MAX_TOKENS, PROMPTS, REPO
 
+# `vllm serve`'s scheduler defaults (LLM's are 4096 and 256): they size the
+# compiled graph, so a server started after an LLM with these sizes (same
+# model, dtype and quantization) loads the graph the LLM compiled from vLLM's
+# cache instead of compiling its own (about 20 s of the suite each).
+SERVE_SCHEDULER_DEFAULTS = {"max_num_batched_tokens": 2048, "max_num_seqs": 128}
+AOT_CACHE_HIT = "Directly load AOT compilation"
+
 
 def greedy(llm: LLM) -> list[list[int]]:
     # min_tokens mirrors min_new_tokens on the Hugging Face side: both keep

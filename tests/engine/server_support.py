@@ -177,3 +177,25 @@ class InFlightStreams:
         for thread in self._threads:
             thread.join(timeout_s)
         return self.outcomes
+
+
+def assert_greedy_text_is_transformers(
+    server: Server, model: Path, hf_greedy: list[list[int]], prompts: list[str]
+) -> None:
+    """The server's greedy completion of each prompt (all MAX_TOKENS of it)
+    is the text of Hugging Face transformers' greedy tokens."""
+    from transformers import AutoTokenizer
+
+    from tests.conftest import MAX_TOKENS
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused")
+    for prompt, expected in zip(prompts, hf_greedy, strict=True):
+        completion = client.completions.create(
+            model=str(model),
+            prompt=prompt,
+            max_tokens=MAX_TOKENS,
+            temperature=0.0,
+            extra_body={"min_tokens": MAX_TOKENS},
+        )
+        assert completion.choices[0].text == tokenizer.decode(expected)

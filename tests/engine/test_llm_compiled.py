@@ -1,4 +1,6 @@
-"""LLM(model=tiny) with defaults only: multiprocess, compiled."""
+"""LLM(model=tiny) with defaults only: multiprocess, compiled (float32, at
+the serve sizes, so that tests/engine/test_serve.py's server loads this
+compiled graph)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,12 @@ from pathlib import Path
 import pytest
 from vllm import LLM
 
-from tests.engine.llm_support import greedy, kernel_calls, running_llm
+from tests.engine.llm_support import (
+    SERVE_SCHEDULER_DEFAULTS,
+    greedy,
+    kernel_calls,
+    running_llm,
+)
 from vllm_bridge.config import audit
 from vllm_bridge.device.isa import detect
 
@@ -25,7 +32,10 @@ def started() -> list:
 def llm(tiny_model: Path, started: list) -> Iterator[LLM]:
     # dtype: vLLM on the CPU runs float32 checkpoints in bfloat16 unless told;
     # the reference is float32.
-    with audit.capture() as changes, running_llm(tiny_model, dtype="float32") as engine:
+    with (
+        audit.capture() as changes,
+        running_llm(tiny_model, dtype="float32", **SERVE_SCHEDULER_DEFAULTS) as engine,
+    ):
         started.extend(changes)
         yield engine
 

@@ -18,7 +18,12 @@ import torch
 from vllm import LLM, SamplingParams
 
 from tests.conftest import PROMPTS
-from tests.engine.llm_support import greedy, running_llm
+from tests.engine.llm_support import (
+    AOT_CACHE_HIT,
+    SERVE_SCHEDULER_DEFAULTS,
+    greedy,
+    running_llm,
+)
 from tests.engine.server_support import start_server
 from vllm_bridge import envs
 from vllm_bridge.device.isa import detect
@@ -49,13 +54,6 @@ def expected_kernel() -> str:
     )
     assert choice.kernel is not None, choice.reason
     return choice.kernel
-
-
-# `vllm serve`'s scheduler defaults (LLM's are 4096 and 256): they size the
-# compiled graph, so the server below loads the graph this LLM compiled
-# from vLLM's cache instead of compiling its own (40 s of the suite).
-SERVE_SCHEDULER_DEFAULTS = {"max_num_batched_tokens": 2048, "max_num_seqs": 128}
-AOT_CACHE_HIT = "Directly load AOT compilation"
 
 
 @pytest.fixture(scope="module")

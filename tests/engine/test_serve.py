@@ -1,5 +1,9 @@
 """The real `vllm` executable serving the tiny model with the plugin and no
-other flags, queried with the official openai client."""
+other flags but `--dtype float32`, queried with the official openai client.
+
+The dtype is tests/engine/test_llm_compiled.py's: that module runs first on
+the same xdist worker (tests/conftest.py's SHARED_COMPILE_SCOPES), and this
+server loads the graph it compiled."""
 
 from __future__ import annotations
 
@@ -30,7 +34,9 @@ pytestmark = pytest.mark.engine
 def server(
     tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
-    running = start_server(tiny_model, tmp_path_factory.mktemp("serve") / "serve.log")
+    running = start_server(
+        tiny_model, tmp_path_factory.mktemp("serve") / "serve.log", "--dtype", "float32"
+    )
     yield running
     running.stop(signal.SIGKILL)
 

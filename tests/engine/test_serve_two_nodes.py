@@ -20,11 +20,15 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import openai
 import pytest
 
-from tests.conftest import MAX_TOKENS, PROMPTS, VENV_BIN
-from tests.engine.server_support import Server, free_port, start_server
+from tests.conftest import PROMPTS, VENV_BIN
+from tests.engine.server_support import (
+    Server,
+    assert_greedy_text_is_transformers,
+    free_port,
+    start_server,
+)
 from tests.simulated_hosts import as_host, can_simulate_hosts
 
 pytestmark = [
@@ -95,20 +99,8 @@ def nodes(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 def test_greedy_text_matches_transformers(
     nodes: tuple[Server, Path], tiny_model: Path, hf_greedy: list[list[int]]
 ):
-    from transformers import AutoTokenizer
-
     server, _ = nodes
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused")
-    for prompt, expected in zip(PROMPTS[:3], hf_greedy[:3], strict=True):
-        completion = client.completions.create(
-            model=str(tiny_model),
-            prompt=prompt,
-            max_tokens=MAX_TOKENS,
-            temperature=0.0,
-            extra_body={"min_tokens": MAX_TOKENS},
-        )
-        assert completion.choices[0].text == tokenizer.decode(expected)
+    assert_greedy_text_is_transformers(server, tiny_model, hf_greedy[:3], PROMPTS[:3])
 
 
 def test_the_group_across_hosts_falls_back_to_gloo(nodes: tuple[Server, Path]):

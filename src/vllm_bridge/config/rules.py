@@ -17,6 +17,7 @@ from vllm_bridge.config.parallel_rules import (
     THREADS_BIND_ENV,
     id_ranges,
     rank_binding,
+    ray_executor,
 )
 from vllm_bridge.config.quantization_rules import quantization_kernels
 from vllm_bridge.config.scheduler_rules import scheduler_class
@@ -425,6 +426,7 @@ AFTER_BUILTIN = (
     Rule("kv_cache_budget", kv_cache_budget),
     Rule("thread_binding", thread_binding),
     Rule("rank_binding", rank_binding),
+    Rule("ray_executor", ray_executor),
     Rule("omp_spin_wait", omp_spin_wait),
     Rule("shutdown_drain", shutdown_drain),
     Rule("scheduler_class", scheduler_class),

@@ -8,6 +8,8 @@ from vllm_bridge.patches.platform import (
     engine_dead_message,
     isa_auto_dtype,
     isa_switch,
+    ray_cpu_worker_proc,
+    ray_worker_slots,
     serve_shutdown_status,
 )
 from vllm_bridge.patches.startup import vllm_cpu_metadata_alias
@@ -30,6 +32,8 @@ REGISTRY = Registry(
         engine_core_exit_grace.PATCH,
         serve_shutdown_status.PATCH,
         engine_dead_message.PATCH,
+        ray_worker_slots.PATCH,
+        ray_cpu_worker_proc.PATCH,
         compile_cache_load.PATCH,
         compile_cache_isa_key.PATCH,
         kv_cache_zero_pages.PATCH,

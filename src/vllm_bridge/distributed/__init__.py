@@ -1,0 +1,1 @@
+"""Serving one model with several workers: on Ray clusters of CPU machines."""
