@@ -79,10 +79,29 @@ def on_general_plugins() -> None:
     if platform_qualname() is None:
         return
     from vllm_bridge.config.schema import check_environment
-    from vllm_bridge.patches.catalogue import REGISTRY
     from vllm_bridge.quantization import register as register_quantization
 
-    REGISTRY.apply("startup")
-    REGISTRY.apply("platform")
+    apply_platform_stage()
     check_environment(os.environ)
     register_quantization()
+
+
+def apply_platform_stage() -> None:
+    """The startup- and platform-stage patches of this process (idempotent),
+    with their own bad settings reported as one line.
+
+    The registry reads VLLM_BRIDGE_DISABLE_PATCHES and VLLM_BRIDGE_STRICT
+    before it applies anything, the one-line report (config-error-exit)
+    included; the first call comes while vLLM imports its kernels, before
+    any plugin hook, so an unreadable value would end the command in a
+    traceback through vLLM's imports."""
+    from vllm_bridge.patches.catalogue import REGISTRY
+
+    try:
+        REGISTRY.apply("startup")
+        REGISTRY.apply("platform")
+    except BridgeConfigError:
+        from vllm_bridge.patches.platform import config_error_exit
+
+        config_error_exit.install()
+        raise

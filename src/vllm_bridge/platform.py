@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 from vllm.platforms.cpu import CpuPlatform
 
+from vllm_bridge.activation import apply_platform_stage
 from vllm_bridge.config.reconcile import reconcile
 from vllm_bridge.config.schema import use_strict_additional_config
 from vllm_bridge.config.vllm_environ import validate_vllm_environ
 from vllm_bridge.distributed.ray_cluster import WORKER_RESOURCE
-from vllm_bridge.patches.catalogue import REGISTRY
 from vllm_bridge.quantization import describe_in_parser
 
 if TYPE_CHECKING:
@@ -35,8 +35,7 @@ class BridgePlatform(CpuPlatform):
 
     @classmethod
     def pre_register_and_update(cls, parser: object | None = None) -> None:
-        REGISTRY.apply("startup")
-        REGISTRY.apply("platform")
+        apply_platform_stage()
         if isinstance(parser, argparse.ArgumentParser):
             use_strict_additional_config(parser)
             describe_in_parser(parser)
@@ -56,7 +55,7 @@ class BridgePlatform(CpuPlatform):
     def import_kernels(cls) -> None:
         # vLLM picks the kernel library from torch.cpu's ISA queries, which
         # the isa-switch patch caps: the platform stage must be in place.
-        REGISTRY.apply("platform")
+        apply_platform_stage()
         super().import_kernels()
 
     @classmethod

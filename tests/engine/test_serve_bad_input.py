@@ -114,3 +114,28 @@ def test_bad_setting_stops_an_llm_script_with_one_message(tiny_model: Path):
     assert len(errors) == 1 and "VLLM_BRIDGE_DRAIN_TIMEOUT='soon'" in errors[0]
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "EngineCore" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"VLLM_BRIDGE_KV_CACHE_SHARE": "abc"}, "VLLM_BRIDGE_KV_CACHE_SHARE='abc'"),
+        # The two the patch registry reads: while vLLM imports its kernels,
+        # before any plugin hook (and before the one-line report was in place).
+        ({"VLLM_BRIDGE_STRICT": "sometimes"}, "VLLM_BRIDGE_STRICT='sometimes'"),
+        (
+            {"VLLM_BRIDGE_DISABLE_PATCHES": "no-such-patch"},
+            "VLLM_BRIDGE_DISABLE_PATCHES names unknown patch(es) no-such-patch",
+        ),
+    ],
+)
+def test_bad_setting_stops_vllm_version_with_one_message(
+    env: dict[str, str], message: str
+):
+    """`vllm --version` builds the whole argument parser before it answers,
+    and building the `serve` arguments loads the plugins."""
+    proc = run_venv_command("vllm", "--version", env=env, timeout=240)
+    errors = error_lines(proc.stderr)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert len(errors) == 1 and message in errors[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
