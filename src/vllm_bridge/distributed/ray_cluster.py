@@ -38,11 +38,11 @@ def local_worker_slots() -> int:
     return len(cpu.physical_cores(cpu.allowed_cpus()))
 
 
-def join_or_start(parallel_config: ParallelConfig) -> None:
-    """Join the running Ray cluster (RAY_ADDRESS, or the one started on
-    this machine), as vLLM would; where there is none, start a one-node
-    cluster that declares this machine's worker slots, which vLLM's own
-    ``ray.init()`` would leave out."""
+def join_or_start(parallel_config: ParallelConfig, address: str | None) -> None:
+    """Join the Ray cluster at ``address``, else the running one (RAY_ADDRESS,
+    or the one started on this machine), as vLLM would; where there is
+    none, start a one-node cluster that declares this machine's worker
+    slots, which vLLM's own ``ray.init()`` would leave out."""
     import ray
 
     if ray.is_initialized():
@@ -50,6 +50,9 @@ def join_or_start(parallel_config: ParallelConfig) -> None:
     if os.environ.get("RAY_USAGE_STATS_ENABLED", "0") != "1":
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     runtime_env = parallel_config.ray_runtime_env
+    if address is not None:
+        ray.init(address=address, runtime_env=runtime_env)
+        return
     try:
         ray.init(address="auto", runtime_env=runtime_env)
         return
@@ -84,11 +87,14 @@ def slot_shortfall(world_size: int) -> str | None:
 def with_worker_slots(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def initialize_ray_cluster(
-        parallel_config: ParallelConfig, *args: Any, **kwargs: Any
+        parallel_config: ParallelConfig,
+        ray_address: str | None = None,
+        *args: Any,
+        **kwargs: Any,
     ) -> Any:
         import ray
 
-        join_or_start(parallel_config)
+        join_or_start(parallel_config, ray_address)
         own_group = parallel_config.placement_group is None and (
             ray.util.get_current_placement_group() is None
         )
@@ -98,7 +104,7 @@ def with_worker_slots(original: Callable[..., Any]) -> Callable[..., Any]:
                 # A warning, not an error: as for GPUs, an autoscaler may
                 # still add the nodes vLLM waits for.
                 logger.warning(shortfall)
-        return original(parallel_config, *args, **kwargs)
+        return original(parallel_config, ray_address, *args, **kwargs)
 
     return initialize_ray_cluster
 
