@@ -139,3 +139,19 @@ def test_a_bad_setting_is_an_error(monkeypatch):
     finding = doctor.check_settings()
     assert finding.level == "error"
     assert "VLLM_BRIDGE_KV_CACHE_SHARE='lots' is invalid" in finding.detail
+
+
+def test_a_ray_other_than_the_extras_pin_is_a_warning(tmp_path: Path, monkeypatch):
+    # A real distribution found first on the path, as an older Ray would be.
+    metadata = tmp_path / "ray-2.40.0.dist-info"
+    metadata.mkdir()
+    (metadata / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: ray\nVersion: 2.40.0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    finding = doctor.check_ray()
+    assert finding.level == "warn"
+    assert "ray 2.40.0 is not the release vllm-bridge is tested with (ray==" in (
+        finding.detail
+    )
+    assert finding.fix == "pip install 'vllm-bridge[ray]'"

@@ -377,6 +377,49 @@ def check_settings() -> Finding:
     )
 
 
+def _ray_extra_pin() -> Requirement | None:
+    """The `ray` extra's requirement in vllm-bridge's own metadata."""
+    try:
+        requires = distribution("vllm-bridge").requires or ()
+    except PackageNotFoundError:
+        return None
+    for raw in requires:
+        requirement = Requirement(raw)
+        if (
+            requirement.name == "ray"
+            and requirement.marker is not None
+            and requirement.marker.evaluate({"extra": "ray"})
+        ):
+            return requirement
+    return None
+
+
+def check_ray() -> Finding:
+    pin = _ray_extra_pin()
+    wanted = f"ray{pin.specifier}" if pin is not None else "ray"
+    installed = _installed("ray")
+    if installed is None:
+        return Finding(
+            "ok",
+            "Ray",
+            "not installed (optional: `pip install 'vllm-bridge[ray]'` for "
+            "--distributed-executor-backend ray)",
+        )
+    if pin is not None and Version(installed) not in pin.specifier:
+        return Finding(
+            "warn",
+            "Ray",
+            f"ray {installed} is not the release vllm-bridge is tested with ({wanted})",
+            "pip install 'vllm-bridge[ray]'",
+        )
+    return Finding(
+        "ok",
+        "Ray",
+        f"ray {installed} (the ray extra, {wanted}): --distributed-executor-backend "
+        "ray places a worker per vllm_cpu_worker slot of a Ray node",
+    )
+
+
 # The torchvision/torchaudio check runs first, in subprocesses: a broken one
 # breaks imports that later checks make (vLLM imports transformers).
 CHECKS: tuple[Callable[[], Finding | list[Finding]], ...] = (
@@ -388,6 +431,7 @@ CHECKS: tuple[Callable[[], Finding | list[Finding]], ...] = (
     check_cores,
     check_preloads,
     check_patches,
+    check_ray,
     check_settings,
 )
 
