@@ -47,6 +47,16 @@ def test_the_main_process_plans_no_binding_for_ray_workers(tiny_model: Path):
 
 
 @needs_ray
+def test_the_kv_budget_says_it_sees_this_machine_only(tiny_model: Path):
+    _, changes = build_recording(
+        tiny_model, tensor_parallel_size=2, distributed_executor_backend="ray"
+    )
+    reason = changes["cache_config.kv_cache_memory_bytes"].reason
+    assert "shared by the 2 workers Ray may place on this machine" in reason
+    assert "give --kv-cache-memory-bytes per worker" in reason
+
+
+@needs_ray
 def test_vllms_legacy_ray_executor_is_refused_by_name(
     tiny_model: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -244,7 +244,13 @@ def kv_cache_budget(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Chang
         f"kv_cache_share={bridge.kv_cache_share:g} of the memory available now "
         f"({_size(available)}) less the weights ({_size(weights)})"
     )
-    if ranks > 1:
+    if ranks > 1 and vllm_config.parallel_config.use_ray:
+        reason += (
+            f", shared by the {ranks} workers Ray may place on this machine (the "
+            "memory of other Ray nodes is not seen from here: for machines "
+            "unlike this one, give --kv-cache-memory-bytes per worker)"
+        )
+    elif ranks > 1:
         reason += f", shared by the {ranks} workers on this node"
     needed = MiB
     if per_token is not None and model is not None:
