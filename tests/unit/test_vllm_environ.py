@@ -4,12 +4,23 @@ own variables."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from vllm.engine.arg_utils import EngineArgs
 from vllm.platforms.cpu import CpuPlatform
 
 from vllm_bridge.config.vllm_environ import unknown_vllm_variables
 from vllm_bridge.platform import BridgePlatform
+
+
+@pytest.fixture(autouse=True)
+def no_vllm_bridge_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the variables each test sets: an engine started earlier in this
+    process leaves the ones vllm-bridge's rules set for its workers (e.g.
+    VLLM_BRIDGE_INT8_KERNEL), which vLLM's check would name first."""
+    for name in [name for name in os.environ if name.startswith("VLLM_BRIDGE_")]:
+        monkeypatch.delenv(name)
 
 
 def test_vllm_bridge_variables_are_not_vllms_unknowns(monkeypatch):
