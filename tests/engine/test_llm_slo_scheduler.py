@@ -48,7 +48,12 @@ def result(tiny_model: Path) -> dict:
 
 def test_the_slo_scheduler_runs_the_engine(result: dict):
     assert result["scheduler"] == "SloScheduler"
-    assert result["cost"]["per_prefill_token_s"] > 0
+    # It learned a step cost from the engine's own steps. Which term takes
+    # the time varies from run to run on the tiny model (a prompt token
+    # costs microseconds there; under load the fit gave it 0 once): the
+    # fit itself is tested on recorded steps in tests/unit/test_step_cost*.py.
+    cost = result["cost"]
+    assert cost is not None and any(value > 0 for value in cost.values()), cost
 
 
 def test_greedy_tokens_match_transformers(result: dict, hf_greedy):
