@@ -90,11 +90,17 @@ def check_vllm_build() -> Finding:
     )
 
 
-def _torch_requirement() -> Requirement | None:
-    for raw in distribution(VLLM_DISTRIBUTION).requires or ():
+def _requirement(of: str, name: str, extra: str = "") -> Requirement | None:
+    """Distribution ``of``'s requirement on ``name`` that applies here (with
+    ``extra`` requested), or None."""
+    try:
+        requires = distribution(of).requires or ()
+    except PackageNotFoundError:
+        return None
+    for raw in requires:
         requirement = Requirement(raw)
-        if requirement.name == "torch" and (
-            requirement.marker is None or requirement.marker.evaluate()
+        if requirement.name == name and (
+            requirement.marker is None or requirement.marker.evaluate({"extra": extra})
         ):
             return requirement
     return None
@@ -106,7 +112,7 @@ def check_torch_pin() -> Finding:
         return Finding(
             "info", "torch", f"torch {installed} (no vLLM CPU build to match)"
         )
-    requirement = _torch_requirement()
+    requirement = _requirement(VLLM_DISTRIBUTION, "torch")
     if requirement is None or installed is None:
         return Finding("error", "torch", "torch is not installed", "pip install torch")
     pin = f"{requirement.name}{requirement.specifier}"
@@ -377,25 +383,8 @@ def check_settings() -> Finding:
     )
 
 
-def _ray_extra_pin() -> Requirement | None:
-    """The `ray` extra's requirement in vllm-bridge's own metadata."""
-    try:
-        requires = distribution("vllm-bridge").requires or ()
-    except PackageNotFoundError:
-        return None
-    for raw in requires:
-        requirement = Requirement(raw)
-        if (
-            requirement.name == "ray"
-            and requirement.marker is not None
-            and requirement.marker.evaluate({"extra": "ray"})
-        ):
-            return requirement
-    return None
-
-
 def check_ray() -> Finding:
-    pin = _ray_extra_pin()
+    pin = _requirement("vllm-bridge", "ray", extra="ray")
     wanted = f"ray{pin.specifier}" if pin is not None else "ray"
     installed = _installed("ray")
     if installed is None:

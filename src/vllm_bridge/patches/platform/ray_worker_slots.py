@@ -3,18 +3,9 @@ say at once when the cluster lacks it."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from vllm_bridge.compat import SUPPORTED_VLLM
+from vllm_bridge.distributed.ray_cluster import with_worker_slots
 from vllm_bridge.patching.spec import Patch
-
-
-def with_worker_slots(original: Any) -> Any:
-    # Imported here: the Ray helpers import Ray when they run.
-    from vllm_bridge.distributed.ray_cluster import with_worker_slots as wrap
-
-    return wrap(original)
-
 
 PATCH = Patch(
     name="ray-cpu-worker-slots",
