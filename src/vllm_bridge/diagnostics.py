@@ -62,6 +62,7 @@ def worker_report(worker: Any) -> dict[str, Any]:
         "model_dtype": str(worker.vllm_config.model_config.dtype),
         "bridge_kernel_layers": list(isa_linear_kernel.layers_on_bridge_kernel),
         "model_load_resident_bytes": getattr(worker, "model_load_resident_bytes", None),
+        "attention_backends": attention_backends(worker),
         **_int8_layers(worker),
         **_kv_cache_memory(worker),
         **_parallel(worker),
@@ -93,6 +94,21 @@ def _parallel(worker: Any) -> dict[str, Any]:
             else "torch.distributed (gloo)"
         ),
     }
+
+
+def attention_backends(worker: Any) -> dict[str, int]:
+    """The attention backend classes of the model's layers, with the number
+    of layers on each."""
+    from vllm.model_executor.layers.attention import Attention
+
+    model = worker.model_runner.get_model()
+    return dict(
+        Counter(
+            f"{layer.attn_backend.__module__}.{layer.attn_backend.__qualname__}"
+            for layer in model.modules()
+            if isinstance(layer, Attention)
+        )
+    )
 
 
 def resident_set_bytes() -> int:

@@ -17,6 +17,7 @@ CompileRequest = Literal["auto", "eager", "compiled"]
 IsaRequest = Literal["auto", "avx2", "avx512", "avx512_bf16", "amx"]
 LinearKernelRequest = Literal["auto", "vllm", "bridge"]
 Int8KernelRequest = Literal["auto", "amx", "onednn", "bridge"]
+AttentionRequest = Literal["bridge", "vllm"]
 
 PREFIX = "VLLM_BRIDGE_"
 _TRUE = ("1", "true", "yes", "on")
@@ -192,6 +193,15 @@ INT8_KERNEL = EnvVar(
     "weights, float32 arithmetic) on any x86 CPU",
     allowed="auto, amx, onednn, bridge",
 )
+ATTENTION = EnvVar(
+    "VLLM_BRIDGE_ATTENTION",
+    parse_choice(*get_args(AttentionRequest)),
+    "bridge",
+    "which backend runs decoder attention: bridge is vLLM's CPU kernels with "
+    "the KV-cache write inside the attention call (one custom op per layer "
+    "and step instead of two); vllm keeps vLLM's CPU_ATTN backend unchanged",
+    allowed="bridge, vllm",
+)
 
 TPOT_OBJECTIVE_MS_RANGE = (0.0, 60_000.0)
 """(exclusive low, inclusive high), milliseconds"""
@@ -217,5 +227,6 @@ ALL: tuple[EnvVar[object], ...] = (  # type: ignore[assignment]
     ISA,
     LINEAR_KERNEL,
     INT8_KERNEL,
+    ATTENTION,
     TPOT_OBJECTIVE_MS,
 )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from vllm.platforms.cpu import CpuPlatform
 
 from vllm_bridge.activation import apply_platform_stage
+from vllm_bridge.attention import selection
 from vllm_bridge.config.reconcile import reconcile
 from vllm_bridge.config.schema import use_strict_additional_config
 from vllm_bridge.config.vllm_environ import validate_vllm_environ
@@ -26,6 +27,8 @@ from vllm_bridge.quantization import describe_in_parser
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.config.kernel import IrOpPriorityConfig
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.attention.selector import AttentionSelectorConfig
 
 
 class BridgePlatform(CpuPlatform):
@@ -68,3 +71,17 @@ class BridgePlatform(CpuPlatform):
         from vllm_bridge.ops.ir_kernels import default_priority
 
         return default_priority(vllm_config)
+
+    @classmethod
+    def get_attn_backend_cls(
+        cls,
+        selected_backend: AttentionBackendEnum,
+        attn_selector_config: AttentionSelectorConfig,
+        num_heads: int | None = None,
+    ) -> str:
+        vllm_choice = super().get_attn_backend_cls(
+            selected_backend, attn_selector_config, num_heads
+        )
+        return selection.choose_backend(
+            vllm_choice, attn_selector_config.attn_type, selection.requested()
+        )

@@ -16,6 +16,7 @@ from tests.engine.llm_support import (
     kernel_calls,
     running_llm,
 )
+from vllm_bridge.attention.selection import BRIDGE_CPU_BACKEND
 from vllm_bridge.config import audit
 from vllm_bridge.device.isa import detect
 
@@ -106,8 +107,12 @@ def test_main_process_recorded_the_cpu_defaults(llm: LLM, started: list):
     } <= options
 
 
-def test_hot_paths_run_vllm_cpu_kernels(llm: LLM):
-    calls = kernel_calls(llm)
+@pytest.fixture(scope="module")
+def calls(llm: LLM) -> dict[str, int]:
+    return kernel_calls(llm)
+
+
+def test_hot_paths_run_vllm_cpu_kernels(calls: dict[str, int]):
     for kernel in (
         "_C::onednn_mm",  # GEMMs
         "_C::cpu_attention_with_kv_cache",
@@ -118,6 +123,23 @@ def test_hot_paths_run_vllm_cpu_kernels(llm: LLM):
         assert calls.get(kernel, 0) > 0, kernel
     # norms, rotary and SiLU-and-mul are fused by inductor into the graph
     assert calls.get("## Call CompiledFxGraph None ##", 0) > 0
+
+
+def test_attention_writes_the_kv_cache_in_its_own_call(llm: LLM, calls: dict[str, int]):
+    # vllm-bridge's attention backend: one custom op per layer and step,
+    # where vLLM's CPU backend runs a second one for the KV write
+    (report,) = llm.collective_rpc("bridge_report")
+    layers = llm.llm_engine.vllm_config.model_config.get_num_layers(
+        llm.llm_engine.vllm_config.parallel_config
+    )
+    assert report["attention_backends"] == {BRIDGE_CPU_BACKEND: layers}
+    assert "vllm::unified_kv_cache_update" not in calls
+    assert calls["vllm::unified_attention_with_output"] > 0
+    assert (
+        calls["_C::cpu_attn_reshape_and_cache"]
+        == calls["_C::cpu_attention_with_kv_cache"]
+        == calls["vllm::unified_attention_with_output"]
+    )
 
 
 def test_every_patch_is_settled_in_main_and_worker(llm: LLM):

@@ -44,3 +44,9 @@ def test_hot_paths_run_vllm_cpu_kernels(result: dict):
     ):
         assert calls.get(kernel, 0) > 0, kernel
     assert "aten::rsqrt" not in calls  # no native RMSNorm left
+    # the KV write runs inside vllm-bridge's attention call (attention/)
+    assert "vllm::unified_kv_cache_update" not in calls
+    assert (
+        calls["_C::cpu_attn_reshape_and_cache"]
+        == calls["vllm::unified_attention_with_output"]
+    )

@@ -25,14 +25,18 @@ def reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None):
     return y if bias is None else y + bias.float()
 
 
-# M: 1-3 take the direct path, 4+ the blocked one, 97+ two passes of 96 rows;
+# M: 1-12 take the direct path (4 accumulators per row up to 3 rows, 2 up to
+# 6, 1 beyond), 13+ the blocked one, 97+ two passes of 96 rows;
 # K: whole vectors, a tail, more than one 512-wide block; N: odd tails.
 SHAPES = [
     (1, 37, 19),
     (2, 9, 40),
     (3, 100, 896),
     (4, 33, 513),
+    (6, 70, 101),
     (7, 5, 1030),
+    (12, 130, 896),
+    (13, 33, 513),
     (32, 1152, 896),
     (33, 96, 4864),
     (130, 19, 72),

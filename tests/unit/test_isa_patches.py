@@ -89,9 +89,26 @@ def test_compile_cache_key_holds_the_isa_class(worker_stage, tiny_model: Path):
 
     config = build(tiny_model)
     factors = caching.aot_compile_hash_factors(config)
-    assert factors[-1] == f"vllm-bridge isa class {isa.detect().effective}"
-    with REGISTRY.reverted("compile-cache-isa-key"):
-        assert caching.aot_compile_hash_factors(config) == factors[:-1]
+    assert f"vllm-bridge isa class {isa.detect().effective}" in factors
+    with REGISTRY.reverted("compile-cache-bridge-key"):
+        assert caching.aot_compile_hash_factors(config) == factors[:-4]
+
+
+def test_compile_cache_key_holds_the_attention_backend(
+    worker_stage, tiny_model: Path, monkeypatch
+):
+    # vllm-bridge's backend traces no KV-write op; its graph loaded for
+    # vLLM's backend never writes the KV cache (seen: every prompt of the
+    # 0.5b preset got the same tokens)
+    from vllm.compilation import caching
+
+    config = build(tiny_model)
+    keys = {}
+    for backend in ("bridge", "vllm"):
+        monkeypatch.setenv(envs.ATTENTION.name, backend)
+        keys[backend] = caching.aot_compile_hash_factors(config)
+    assert keys["bridge"] != keys["vllm"]
+    assert "vllm-bridge attention vllm" in keys["vllm"]
 
 
 QUERIES = (

@@ -14,7 +14,7 @@ from vllm_bridge.patches.platform import (
 )
 from vllm_bridge.patches.startup import vllm_cpu_metadata_alias
 from vllm_bridge.patches.worker import (
-    compile_cache_isa_key,
+    compile_cache_bridge_key,
     compile_cache_load,
     isa_linear_kernel,
     kv_cache_zero_pages,
@@ -35,7 +35,7 @@ REGISTRY = Registry(
         ray_worker_slots.PATCH,
         ray_cpu_worker_proc.PATCH,
         compile_cache_load.PATCH,
-        compile_cache_isa_key.PATCH,
+        compile_cache_bridge_key.PATCH,
         kv_cache_zero_pages.PATCH,
         isa_linear_kernel.PATCH,
         shm_group_host_name.PATCH,

@@ -31,8 +31,7 @@ constexpr int64_t kBlockK = 512;     // K block: a 4-row fp32 weight tile is 8 K
 constexpr int64_t kTileN = 4;        // weight rows per micro-kernel call
 constexpr int64_t kTileM = 3;        // activation rows per micro-kernel call
 constexpr int64_t kChunkM = 96;      // activation rows per pass over the weights
-constexpr int64_t kDirectMaxM = 3;   // up to here, weights are converted in registers
-constexpr int64_t kUnroll = 4;       // independent accumulators per row, direct path
+constexpr int64_t kDirectMaxM = 12;  // up to here, weights are converted in registers
 constexpr int64_t kPrefetchAhead = 16384;  // bytes, direct path
 
 inline __m256 load_bf16(const uint16_t* p) {
@@ -93,10 +92,13 @@ inline uint16_t float_to_bf16_scalar(float f) {
 // (the hardware prefetchers follow it; several short interleaved rows they
 // follow too late), converted in registers and used for all M activation
 // rows. kUnroll independent accumulators per activation row hide the FMA
-// latency. Software prefetch runs kPrefetchAhead bytes ahead of the reads.
+// latency, fewer where more rows share the 16 registers (M x kUnroll <= 12,
+// x read from memory by the FMAs). Software prefetch runs kPrefetchAhead
+// bytes ahead of the reads.
 template <int64_t M, typename W>
 void direct_rows(const float* x, int64_t ldx, const W* w, int64_t K,
                  int64_t rows, float* y, int64_t ldy, const W* w_end) {
+  constexpr int64_t kUnroll = M <= 3 ? 4 : M <= 6 ? 2 : 1;
   constexpr int64_t kStep = kLanes * kUnroll;
   const int64_t k_main = K / kStep * kStep;
   const int64_t k_vec = K / kLanes * kLanes;
@@ -104,17 +106,17 @@ void direct_rows(const float* x, int64_t ldx, const W* w, int64_t K,
   for (int64_t r = 0; r < rows; ++r) {
     const W* wr = w + r * K;
     __m256 acc[M][kUnroll];
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int64_t m = 0; m < M; ++m)
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int64_t u = 0; u < kUnroll; ++u) acc[m][u] = _mm256_setzero_ps();
     for (int64_t k = 0; k < k_main; k += kStep) {
       const char* ahead = reinterpret_cast<const char*>(wr + k) + kPrefetchAhead;
       if (ahead < end) _mm_prefetch(ahead, _MM_HINT_T1);
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int64_t u = 0; u < kUnroll; ++u) {
         const __m256 wv = load_w(wr + k + u * kLanes);
-#pragma GCC unroll 4
+#pragma GCC unroll 16
         for (int64_t m = 0; m < M; ++m)
           acc[m][u] = _mm256_fmadd_ps(_mm256_loadu_ps(x + m * ldx + k + u * kLanes), wv,
                                       acc[m][u]);
@@ -122,14 +124,14 @@ void direct_rows(const float* x, int64_t ldx, const W* w, int64_t K,
     }
     for (int64_t k = k_main; k < k_vec; k += kLanes) {
       const __m256 wv = load_w(wr + k);
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int64_t m = 0; m < M; ++m)
         acc[m][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + m * ldx + k), wv, acc[m][0]);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int64_t m = 0; m < M; ++m) {
       __m256 sum = acc[m][0];
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int64_t u = 1; u < kUnroll; ++u) sum = _mm256_add_ps(sum, acc[m][u]);
       float s = hsum(sum);
       for (int64_t k = k_vec; k < K; ++k) s += x[m * ldx + k] * w_to_float(wr[k]);
@@ -239,15 +241,24 @@ void blocked_rows(const float* x, int64_t M, int64_t K, int64_t ldx, const W* w,
   }
 }
 
+// direct_rows<m> for the run-time m <= M, instantiated for every such m.
+template <int64_t M, typename W>
+void direct_rows_upto(int64_t m, const float* x, int64_t ldx, const W* w, int64_t K,
+                      int64_t rows, float* y, int64_t ldy, const W* w_end) {
+  if constexpr (M > 1) {
+    if (m < M) return direct_rows_upto<M - 1, W>(m, x, ldx, w, K, rows, y, ldy, w_end);
+  }
+  direct_rows<M, W>(x, ldx, w, K, rows, y, ldy, w_end);
+}
+
 // w_end: the end of the whole weight, as far as prefetching may reach.
 template <typename W>
 void rows_of_output(const float* x, int64_t M, int64_t K, int64_t ldx, const W* w,
                     int64_t rows, float* y, int64_t ldy, const W* w_end) {
-  switch (M) {
-    case 1: direct_rows<1, W>(x, ldx, w, K, rows, y, ldy, w_end); break;
-    case 2: direct_rows<2, W>(x, ldx, w, K, rows, y, ldy, w_end); break;
-    case 3: direct_rows<3, W>(x, ldx, w, K, rows, y, ldy, w_end); break;
-    default: blocked_rows(x, M, K, ldx, w, rows, y, ldy); break;
+  if (M <= kDirectMaxM) {
+    direct_rows_upto<kDirectMaxM, W>(M, x, ldx, w, K, rows, y, ldy, w_end);
+  } else {
+    blocked_rows(x, M, K, ldx, w, rows, y, ldy);
   }
 }
 
