@@ -23,6 +23,8 @@ from vllm.v1.attention.selector import AttentionSelectorConfig
 from tests.config_support import build
 from vllm_bridge import envs
 from vllm_bridge.attention import selection
+from vllm_bridge.device.cpu import request_amx_permission
+from vllm_bridge.errors import BridgeConfigError
 from vllm_bridge.platform import BridgePlatform
 
 current_platform.import_kernels()
@@ -83,8 +85,11 @@ def test_platform_keeps_vllms_backend_when_asked(monkeypatch):
 
 
 def test_a_bad_attention_setting_names_the_variable_and_the_choices(monkeypatch):
+    # the platform hook runs in the workers, after vllm-bridge's config check
+    # refused the value in the main process (test_schema.py); the hook
+    # refuses it with the same message should it ever get there
     monkeypatch.setenv(envs.ATTENTION.name, "flash")
-    with pytest.raises(Exception, match=r"VLLM_BRIDGE_ATTENTION='flash'.*bridge, vllm"):
+    with pytest.raises(BridgeConfigError, match=r"ATTENTION='flash'.*bridge, vllm"):
         BridgePlatform.get_attn_backend_cls(None, selector())
 
 
@@ -131,6 +136,9 @@ def test_one_call_leaves_what_vllms_two_calls_leave(tiny_model: Path, dtype):
     from vllm_bridge.attention.cpu_backend import BridgeCpuAttentionImpl
 
     isa = _get_attn_isa(dtype, BLOCK, HEAD_SIZE, "auto")
+    # the AMX kernels (bf16 on AMX CPUs) need the process's tile permission,
+    # which the engine's worker requests (SIGILL without it)
+    request_amx_permission()
     # The attention layer as the kernels see it: its kernel ISA and KV scales
     # (a real Attention layer needs a model around it).
     layer = SimpleNamespace(isa=isa, _k_scale_float=1.0, _v_scale_float=1.0)

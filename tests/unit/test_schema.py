@@ -174,6 +174,11 @@ BAD_INPUTS = [
         {"VLLM_BRIDGE_LINEAR_KERNEL": "onednn"},
         ["VLLM_BRIDGE_LINEAR_KERNEL='onednn' is invalid", "auto, vllm, bridge"],
     ),
+    (
+        None,
+        {"VLLM_BRIDGE_ATTENTION": "flash"},
+        ["VLLM_BRIDGE_ATTENTION='flash' is invalid", "bridge, vllm"],
+    ),
 ]
 
 
