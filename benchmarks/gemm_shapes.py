@@ -13,6 +13,7 @@ ms per step:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -40,6 +41,16 @@ def shapes(config: dict) -> dict[str, tuple[int, int, int]]:
         "down_proj": (hidden, intermediate, layers),
         "lm_head": (config["vocab_size"], hidden, 1),
     }
+
+
+def preset_shapes(preset: str) -> dict[str, tuple[int, int, int]]:
+    """``shapes`` of a vllm_bridge_testmodel preset, the vocabulary at its
+    upper bound (the trained tokenizer may stop a little below it)."""
+    from vllm_bridge_testmodel.presets import PRESETS
+
+    config = dataclasses.asdict(PRESETS[preset])
+    config["vocab_size"] = config["target_vocab_size"]
+    return shapes(config)
 
 
 def time_step(

@@ -19,7 +19,6 @@ The entries of config/isa_defaults.py are decided by these figures
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -55,20 +54,14 @@ def child(preset: str, batch_sizes: list[int], repeats: int) -> dict[str, Any]:
     import torch
     from vllm.platforms import current_platform
 
-    from benchmarks.gemm_shapes import shapes, time_step
+    from benchmarks.gemm_shapes import preset_shapes, time_step
     from vllm_bridge.device.isa import detect
     from vllm_bridge.diagnostics import mapped_vllm_kernel_libraries
     from vllm_bridge.ops import linear
 
     current_platform.import_kernels()
     torch.set_num_threads(THREADS)
-    from vllm_bridge_testmodel.presets import PRESETS
-
-    # The preset's shapes; the vocabulary at its upper bound (the trained
-    # tokenizer may stop a little below it).
-    config = dataclasses.asdict(PRESETS[preset])
-    config["vocab_size"] = config["target_vocab_size"]
-    layer_shapes = shapes(config)
+    layer_shapes = preset_shapes(preset)
     dtypes = {
         "vllm bf16": torch.bfloat16,
         "vllm fp16": torch.float16,

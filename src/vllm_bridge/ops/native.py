@@ -49,7 +49,11 @@ def build_directory() -> Path:
     return cache_root / "vllm_bridge" / "kernels" / digest.hexdigest()[:16]
 
 
-def _build_and_load(directory: Path) -> None:
+def build_and_load(
+    directory: Path, name: str = LIBRARY, sources: tuple[Path, ...] = SOURCES
+) -> None:
+    """Compile ``sources`` with the kernel flags into ``directory`` (a no-op
+    when built) and load the library as ``name``."""
     from torch.utils import cpp_extension
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -60,8 +64,8 @@ def _build_and_load(directory: Path) -> None:
     if venv_bin not in path.split(os.pathsep):
         os.environ["PATH"] = os.pathsep.join([venv_bin, path]) if path else venv_bin
     cpp_extension.load(
-        name=LIBRARY,
-        sources=[str(source) for source in SOURCES],
+        name=name,
+        sources=[str(source) for source in sources],
         extra_cflags=list(CFLAGS),
         extra_ldflags=list(LDFLAGS),
         build_directory=str(directory),
@@ -78,7 +82,7 @@ def load() -> LoadResult:
     if not built:
         logger.info("Building vllm-bridge's C++ kernels in %s (once).", directory)
     try:
-        _build_and_load(directory)
+        build_and_load(directory)
     except Exception as exc:  # no compiler, no headers: vLLM's kernels remain
         detail = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1:]}"
         logger.warning("vllm-bridge's C++ kernels are unavailable: %s", detail)
