@@ -10,7 +10,10 @@ import pytest
 from vllm.engine.arg_utils import EngineArgs
 from vllm.platforms.cpu import CpuPlatform
 
-from vllm_bridge.config.vllm_environ import unknown_vllm_variables
+from vllm_bridge.config.vllm_environ import (
+    READ_OUTSIDE_VLLM_ENVS,
+    unknown_vllm_variables,
+)
 from vllm_bridge.platform import BridgePlatform
 
 
@@ -47,6 +50,16 @@ def test_other_unknown_vllm_variables_are_still_refused(monkeypatch):
 def test_known_vllm_variables_pass(monkeypatch):
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
     assert unknown_vllm_variables({"VLLM_CPU_KVCACHE_SPACE": "4"}) == []
+
+
+@pytest.mark.parametrize("name", sorted(READ_OUTSIDE_VLLM_ENVS))
+def test_variables_vllm_reads_outside_its_envs_pass(monkeypatch, name):
+    """vLLM's own check calls them unknown (VLLM_CPU_SIM_MULTI_NUMA=1, the
+    documented way to simulate NUMA nodes, warned at every start)."""
+    monkeypatch.setenv(name, "1")
+    with pytest.raises(ValueError, match=name):
+        CpuPlatform.validate_environ(hard_fail=True)
+    BridgePlatform.validate_environ(hard_fail=True)
 
 
 def test_engine_args_reach_the_platform_check(monkeypatch, tiny_model):

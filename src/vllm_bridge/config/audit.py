@@ -22,8 +22,9 @@ logger = get_logger("config")
 @dataclass(frozen=True)
 class Change:
     option: str
-    """``section.field`` of VllmConfig, or ``env.NAME`` for an environment
-    variable meant for the worker processes."""
+    """``section.field`` of VllmConfig, ``env.NAME`` for an environment
+    variable meant for the worker processes, or ``workers.binding`` for the
+    per-worker plan vLLM's own binding carries out (recorded, not set)."""
     requested: object
     applied: object
     reason: str

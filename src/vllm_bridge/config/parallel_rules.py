@@ -1,10 +1,13 @@
 """The multi-worker rules: each worker of a tensor- or pipeline-parallel
-engine gets cores of its own, also where the machine has fewer NUMA nodes
-than workers (where vLLM's automatic binding refuses to start), and on Ray
-each worker takes its share of its own node's cores."""
+engine gets cores of its own: a NUMA node's, with its memory there, where
+there is a node per worker; an equal share where the machine has fewer
+nodes than workers (where vLLM's automatic binding refuses to start); on
+Ray its share of its own node's cores. Under vLLM's simulated NUMA nodes
+the plan stays vLLM's and is recorded."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from typing import TYPE_CHECKING
 
@@ -14,6 +17,7 @@ from vllm_bridge.errors import BridgeConfigError
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
+    from vllm.utils.cpu_resource_utils import LogicalCPUInfo
 
     from vllm_bridge.config.schema import BridgeConfig
 
@@ -71,6 +75,145 @@ def numa_nodes_with_cpus() -> list[int]:
     return sorted({c.numa_node for c in get_allowed_cpu_list()} & visible)
 
 
+def node_core_groups(
+    cpus: list[LogicalCPUInfo], nodes: list[int]
+) -> tuple[list[list[int]], list[int]]:
+    """The physical cores of NUMA node ``nodes[i]`` for worker ``i``, and
+    the core kept for the engine-core and API-server processes (the last
+    worker's last core, on machines above RESERVE_FROM_CORES cores, where
+    that worker has another)."""
+    groups: list[list[int]] = []
+    for node in nodes:
+        first_sibling: dict[int, int] = {}
+        for logical in cpus:
+            if logical.numa_node == node:
+                core = logical.physical_core
+                first_sibling[core] = min(
+                    first_sibling.get(core, logical.id), logical.id
+                )
+        groups.append(sorted(first_sibling.values()))
+    if sum(len(group) for group in groups) <= RESERVE_FROM_CORES or len(groups[-1]) < 2:
+        return groups, []
+    return [*groups[:-1], groups[-1][:-1]], groups[-1][-1:]
+
+
+def simulated_numa_groups(
+    cpus: list[LogicalCPUInfo], workers: int, reserve: int, every_sibling: bool
+) -> tuple[list[list[int]], list[int]]:
+    """vLLM's plan under VLLM_CPU_SIM_MULTI_NUMA (its
+    ``OMPProcessManager``), as docs/distributed.md states it: ``cpus`` in
+    NUMA order cut into one equal chunk per worker; in each chunk every
+    logical CPU of a core (``every_sibling``: Arm, RISC-V) or its last
+    sibling (x86); then ``reserve`` CPUs given to the engine-core and
+    API-server processes, taken from the last workers first, unless the
+    workers would keep none. Returns the workers' CPUs and the reserved ones."""
+    ordered = sorted(cpus, key=lambda c: c.numa_node)
+    size = len(ordered) // workers
+    groups: list[list[int]] = []
+    for rank in range(workers):
+        siblings: dict[int, list[int]] = {}
+        for logical in ordered[rank * size : (rank + 1) * size]:
+            siblings.setdefault(logical.physical_core, []).append(logical.id)
+        groups.append(
+            sorted(
+                cpu_id
+                for ids in siblings.values()
+                for cpu_id in (ids if every_sibling else [max(ids)])
+            )
+        )
+    if sum(len(group) for group in groups) <= reserve:
+        return groups, []
+    counts = [reserve // workers] * workers
+    for rank in range(workers - reserve % workers, workers):
+        counts[rank] += 1
+    reserved = [
+        c for group, n in zip(groups, counts, strict=True) if n for c in group[-n:]
+    ]
+    return [
+        group[: len(group) - n] for group, n in zip(groups, counts, strict=True)
+    ], reserved
+
+
+def _plan_text(groups: list[list[int]], memory_nodes: list[int]) -> str:
+    return "; ".join(
+        f"worker {rank}: {id_ranges(group) if group else 'no CPU'} (memory node {node})"
+        for rank, (group, node) in enumerate(zip(groups, memory_nodes, strict=True))
+    )
+
+
+def _reserved_text(reserved: list[int]) -> str:
+    if not reserved:
+        return "no CPU kept for the engine-core and API-server processes"
+    return (
+        f"CPU(s) {id_ranges(reserved)} kept for the engine-core and API-server "
+        "processes"
+    )
+
+
+def simulated_numa_plan(vllm_config: VllmConfig, layout: str) -> list[Change]:
+    """Record the plan vLLM's simulated NUMA binding carries out.
+
+    vLLM refuses a binding of its own beside the simulation, so this rule
+    sets nothing: the audit shows what vLLM will do, computed from the same
+    inputs (checked against vLLM's own planner in test_parallel_rules)."""
+    import vllm.envs
+    from vllm.platforms import CpuArchEnum, current_platform
+    from vllm.utils.cpu_resource_utils import get_allowed_cpu_list
+
+    parallel = vllm_config.parallel_config
+    workers = parallel.local_world_size
+    bind = os.environ.get(THREADS_BIND_ENV, "auto")
+    if bind != "auto":
+        raise BridgeConfigError(
+            f"{SIM_MULTI_NUMA_ENV}={os.environ[SIM_MULTI_NUMA_ENV]!r} and "
+            f"{THREADS_BIND_ENV}={bind!r} cannot go together: vLLM's simulated "
+            f"NUMA nodes make their own binding. Unset {THREADS_BIND_ENV} (or "
+            f"set it to 'auto'), or unset {SIM_MULTI_NUMA_ENV}."
+        )
+    cpus = get_allowed_cpu_list()
+    if len(cpus) < workers:
+        raise BridgeConfigError(
+            f"{SIM_MULTI_NUMA_ENV} simulates a NUMA node per worker: {workers} "
+            f"workers ({layout}) need at least {workers} CPUs; this process may "
+            f"use {len(cpus)} ({id_ranges(sorted(c.id for c in cpus))}). Use "
+            f"fewer workers or unset {SIM_MULTI_NUMA_ENV}."
+        )
+    if multiprocessing.parent_process() is not None:
+        # An engine-core or API-server process re-reading the config the
+        # main process reconciled: the plan is recorded there.
+        return []
+    arch = current_platform.get_cpu_architecture()
+    if arch in (CpuArchEnum.ARM, CpuArchEnum.RISCV):
+        every_sibling = True
+    elif arch in (CpuArchEnum.X86, CpuArchEnum.S390X):
+        every_sibling = False
+    else:
+        return []  # vLLM has a selector of its own there; not read here
+    reserve = workers
+    if vllm_config.kv_transfer_config:
+        reserve += workers
+    if vllm.envs.VLLM_CPU_NUM_OF_RESERVED_CPU is not None:
+        reserve = vllm.envs.VLLM_CPU_NUM_OF_RESERVED_CPU
+    groups, reserved = simulated_numa_groups(cpus, workers, reserve, every_sibling)
+    # The worker processes are not narrowed to their CPUs: each allocates on
+    # the node of the first CPU the process may use.
+    memory_node = cpus[0].numa_node
+    siblings = "every sibling of a core" if every_sibling else "one CPU per core"
+    return [
+        Change(
+            "workers.binding",
+            "auto",
+            _plan_text(groups, [memory_node] * workers),
+            f"{SIM_MULTI_NUMA_ENV} is set: vLLM's automatic binding simulates a "
+            f"NUMA node per worker ({layout}), cutting the {len(cpus)} CPUs this "
+            f"process may use into equal chunks in NUMA order ({siblings}), "
+            f"{_reserved_text(reserved)}; memory is not simulated: every worker "
+            f"allocates on node {memory_node}. vLLM carries this plan out",
+            "rank_binding",
+        )
+    ]
+
+
 def rank_binding(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
     parallel = vllm_config.parallel_config
     ranks = parallel.local_world_size
@@ -82,6 +225,8 @@ def rank_binding(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
         f"tensor_parallel_size={parallel.tensor_parallel_size} x "
         f"pipeline_parallel_size={parallel.pipeline_parallel_size}"
     )
+    if os.environ.get(SIM_MULTI_NUMA_ENV, "0") != "0":
+        return simulated_numa_plan(vllm_config, layout)
     bind = os.environ.get(THREADS_BIND_ENV)
     if bind not in (None, "auto", "nobind") and len(bind.split("|")) != ranks:
         raise BridgeConfigError(
@@ -89,45 +234,51 @@ def rank_binding(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
             f"for {ranks} workers ({layout}): give one list per worker, "
             f"separated by '|' (e.g. '0-3|4-7'), or unset it."
         )
-    if any(
-        name in os.environ
-        for name in (THREADS_BIND_ENV, "OMP_NUM_THREADS", SIM_MULTI_NUMA_ENV)
-    ):
-        return []  # the user's binding, or vLLM's simulated NUMA plan
+    if any(name in os.environ for name in (THREADS_BIND_ENV, "OMP_NUM_THREADS")):
+        return []  # the user's binding
     nodes = numa_nodes_with_cpus()
     if len(nodes) >= ranks:
-        return []  # vLLM's binding gives each worker a NUMA node of its own
-    cores = cpu.physical_cores(cpu.allowed_cpus())
-    if len(cores) < ranks:
-        raise BridgeConfigError(
-            f"{ranks} workers ({layout}) need a physical core each; this process "
-            f"may use {len(cores)} ({id_ranges(cores)}). Use fewer workers, give "
-            f"the process more cores, or set {THREADS_BIND_ENV} yourself."
+        from vllm.utils.cpu_resource_utils import get_allowed_cpu_list
+
+        groups, kept = node_core_groups(get_allowed_cpu_list(), nodes[:ranks])
+        why = (
+            f"{ranks} workers ({layout}) on {len(nodes)} NUMA nodes: each worker "
+            "gets the cores of a node of its own and its memory on that node "
+            f"({_plan_text(groups, nodes[:ranks])}); vLLM's automatic binding "
+            "picks the same nodes but leaves every worker process on all CPUs, "
+            "so each would allocate its memory on CPU 0's node "
+            "(vllm-project/vllm#50525)"
         )
-    groups, kept = worker_core_groups(cores, ranks)
+    else:
+        cores = cpu.physical_cores(cpu.allowed_cpus())
+        if len(cores) < ranks:
+            raise BridgeConfigError(
+                f"{ranks} workers ({layout}) need a physical core each; this "
+                f"process may use {len(cores)} ({id_ranges(cores)}). Use fewer "
+                f"workers, give the process more cores, or set {THREADS_BIND_ENV} "
+                "yourself."
+            )
+        groups, kept = worker_core_groups(cores, ranks)
+        plan = "; ".join(
+            f"worker {rank}: {id_ranges(group)}" for rank, group in enumerate(groups)
+        )
+        why = (
+            f"{ranks} workers ({layout}) on {len(nodes)} NUMA node(s): vLLM's "
+            "automatic binding wants a node per worker and refuses to start; "
+            f"each worker gets cores of its own ({plan}) and its memory on "
+            "their NUMA node"
+        )
     value = "|".join(id_ranges(group) for group in groups)
     # Set in this (main) process: the engine core and its workers are
     # spawned from it and inherit the environment.
     os.environ[THREADS_BIND_ENV] = value
-    plan = "; ".join(
-        f"worker {rank}: {id_ranges(group)}" for rank, group in enumerate(groups)
-    )
     reserve = (
         f"; core {kept[0]} stays with the engine-core and API-server processes"
         if kept
         else ""
     )
     return [
-        Change(
-            f"env.{THREADS_BIND_ENV}",
-            "auto",
-            value,
-            f"{ranks} workers ({layout}) on {len(nodes)} NUMA node(s): vLLM's "
-            "automatic binding wants a node per worker and refuses to start; "
-            f"each worker gets cores of its own ({plan}) and its memory on "
-            f"their NUMA node{reserve}",
-            "rank_binding",
-        )
+        Change(f"env.{THREADS_BIND_ENV}", "auto", value, why + reserve, "rank_binding")
     ]
 
 

@@ -10,6 +10,10 @@ from vllm_bridge import envs
 from vllm_bridge.log import get_logger
 
 VLLM_PREFIX = "VLLM_"
+READ_OUTSIDE_VLLM_ENVS = frozenset({"VLLM_CPU_SIM_MULTI_NUMA", "VLLM_DIST_IDENT"})
+"""CPU-path variables vLLM 0.32 reads straight from ``os.environ``
+(``utils/ompmultiprocessing.py``, ``cpu_communicator.py``) and so does not
+list in ``vllm.envs``: its own check calls them unknown."""
 logger = get_logger("config")
 
 
@@ -23,6 +27,7 @@ def unknown_vllm_variables(environ: Mapping[str, str]) -> list[str]:
         if name.startswith(VLLM_PREFIX)
         and not name.startswith(envs.PREFIX)
         and name not in vllm.envs.environment_variables
+        and name not in READ_OUTSIDE_VLLM_ENVS
     )
 
 
