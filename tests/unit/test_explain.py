@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from tests.conftest import run_venv_command
 from tests.snapshots import assert_matches_snapshot
 from vllm_bridge.device import isa
+from vllm_bridge.startup import ISA_CAP_ENV
 from vllm_bridge.tools.cli import app
 from vllm_bridge.tools.explain import build_serve_config
 
@@ -26,6 +27,7 @@ UNSET = (
     "VLLM_BRIDGE_COMPILE_MODE",
     "VLLM_BRIDGE_LINEAR_KERNEL",
     "LD_PRELOAD",
+    *ISA_CAP_ENV["avx2"],  # set by the ISA switch where this process runs under it
 )
 pytestmark = pytest.mark.usefixtures("restore_environ")
 

@@ -142,3 +142,48 @@ def test_isa_switch_caps_torchs_queries_for_vllm():
     )
     # without the patch vLLM would read this CPU's own answers
     assert unpatched[:3] == native[:3]
+
+
+# A relu on bf16 values whose row length (24) is not a multiple of the
+# 512-bit tile (32 bf16 values): code tiled for AVX-512 but compiled for AVX2
+# handles 16 of every 32 values.
+RELU = (
+    "import torch; torch.manual_seed(0); x = torch.randn(5, 24).bfloat16(); "
+    "f = torch.compile(lambda t: torch.relu(t * 2), fullgraph=True, dynamic=True); "
+    "print((f(x).float() - torch.relu(x * 2).float()).abs().max().item())"
+)
+
+
+def compiled_relu_error(cache: Path, **env: str) -> float:
+    """The largest difference between inductor's relu and eager's, in a
+    fresh process whose inductor cache is ``cache``."""
+    run = subprocess.run(
+        [sys.executable, "-c", RELU],
+        env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(run.stdout.split()[-1])
+
+
+@pytest.mark.skipif(
+    NATIVE not in ("avx512", "avx512_bf16", "amx"),
+    reason="needs a CPU with AVX-512 (the switch runs it as the lower avx2 class)",
+)
+def test_switched_inductor_does_not_load_the_native_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Inductor's cache filled natively, then read under VLLM_BRIDGE_ISA=avx2:
+    with the patch the switched run compiles its own code; without it the
+    AVX-512-tiled code is loaded and gives wrong values."""
+    monkeypatch.delenv("VLLM_BRIDGE_ISA", raising=False)
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    assert compiled_relu_error(tmp_path) == 0
+    assert compiled_relu_error(tmp_path, VLLM_BRIDGE_ISA="avx2") == 0
+    unpatched = compiled_relu_error(
+        tmp_path,
+        VLLM_BRIDGE_ISA="avx2",
+        VLLM_BRIDGE_DISABLE_PATCHES="isa-switch-inductor-key",
+    )
+    assert unpatched != 0  # wrong values, or NaN from the lanes left unwritten

@@ -12,7 +12,10 @@ from vllm_bridge.patches.platform import (
     ray_worker_slots,
     serve_shutdown_status,
 )
-from vllm_bridge.patches.startup import vllm_cpu_metadata_alias
+from vllm_bridge.patches.startup import (
+    isa_switch_inductor_key,
+    vllm_cpu_metadata_alias,
+)
 from vllm_bridge.patches.worker import (
     compile_cache_bridge_key,
     compile_cache_load,
@@ -25,6 +28,7 @@ from vllm_bridge.patching.registry import Registry
 REGISTRY = Registry(
     [
         vllm_cpu_metadata_alias.PATCH,
+        isa_switch_inductor_key.PATCH,
         config_error_exit.PATCH,
         isa_switch.PATCH,
         isa_auto_dtype.PATCH,
