@@ -14,6 +14,11 @@ can do, not what the trace offers. Every configuration runs with
 ``--max-num-seqs`` set to the concurrency (it bounds nothing here, and
 lets the fixed budgets go below vLLM's default of 128 sequences).
 
+With ``--prefill-batch N`` a first phase sends N long prompts that want one
+output token each (a batch of documents to read in, scored or summarised
+later) before the chats: steps with no decoding stream, which a fixed token
+budget throttles as much as mixed ones, and the objective does not.
+
 Reports per configuration: inter-token latency p50/p99 (every stream's gaps
 between tokens), time to first token p50/p99 for chats and for long prompts,
 output throughput, and for the SLO scheduler the step cost it learned; then,
@@ -39,6 +44,7 @@ CHAT_INPUT = (48, 96)
 CHAT_OUTPUT = 128
 LONG_INPUT = 1024
 LONG_OUTPUT = 16
+PREFILL_BATCH_OUTPUT = 1
 HASH_CHUNK = 16
 """Prompt tokens per hash id of the timed_trace dataset (its default)."""
 TOLERANCE = 1.10
@@ -52,22 +58,28 @@ class Setup:
     objective_ms: float | None = None
 
 
-def write_trace(path: Path, requests: int, long_every: int, seed: int) -> None:
-    """One JSON line per request; hash ids unique, so no prompt shares a
-    cached prefix with another."""
+def write_trace(
+    path: Path, requests: int, long_every: int, seed: int, first_hash: int = 0
+) -> None:
+    """One JSON line per request; hash ids unique from ``first_hash``, so no
+    prompt shares a cached prefix with another. ``long_every`` 1: every
+    request is a long prompt wanting one token (the prefill batch)."""
     rng = random.Random(seed)
-    next_hash = 0
+    next_hash = first_hash
     with path.open("w") as trace:
         for index in range(requests):
             long = index % long_every == long_every // 2
             prompt = LONG_INPUT if long else rng.randint(*CHAT_INPUT)
+            output = CHAT_OUTPUT
+            if long:
+                output = PREFILL_BATCH_OUTPUT if long_every == 1 else LONG_OUTPUT
             chunks = -(-prompt // HASH_CHUNK)
             trace.write(
                 json.dumps(
                     {
                         "timestamp": 0,
                         "input_length": prompt,
-                        "output_length": LONG_OUTPUT if long else CHAT_OUTPUT,
+                        "output_length": output,
                         "hash_ids": list(range(next_hash, next_hash + chunks)),
                     }
                 )
@@ -158,16 +170,23 @@ def summarise(benches: list[dict], log_text: str) -> dict:
     return summary
 
 
-def phases(args: argparse.Namespace) -> list[tuple[int, int]]:
-    """(concurrency, requests) of each phase, run one after the other."""
-    found = [(args.concurrency, args.requests)]
+def phases(args: argparse.Namespace) -> list[tuple[int, int, str]]:
+    """(concurrency, requests, trace name) of each phase, run one after the
+    other."""
+    found = [(args.concurrency, args.requests, "chats")]
+    if args.prefill_batch:
+        found.insert(0, (args.concurrency, args.prefill_batch, "prefill-batch"))
     if args.light_concurrency:
-        found.append((args.light_concurrency, args.light_requests))
+        found.append((args.light_concurrency, args.light_requests, "chats"))
     return found
 
 
 def run_setup(
-    setup: Setup, model: Path, trace: Path, args: argparse.Namespace, out_dir: Path
+    setup: Setup,
+    model: Path,
+    traces: dict[str, Path],
+    args: argparse.Namespace,
+    out_dir: Path,
 ) -> dict:
     from benchmarks.load import start_server
 
@@ -180,12 +199,12 @@ def run_setup(
             run_bench(
                 base_url,
                 model,
-                trace,
+                traces[name],
                 requests,
                 concurrency,
-                out_dir / f"mixed-{setup.name}-{concurrency}.json",
+                out_dir / f"mixed-{setup.name}-{phase}.json",
             )
-            for concurrency, requests in phases(args)
+            for phase, (concurrency, requests, name) in enumerate(phases(args))
         ]
     finally:
         server.send_signal(signal.SIGTERM)
@@ -221,6 +240,12 @@ def main() -> None:
         help="a second phase at this concurrency (a quieter hour); 0: none",
     )
     parser.add_argument("--light-requests", type=int, default=40)
+    parser.add_argument(
+        "--prefill-batch",
+        type=int,
+        default=0,
+        help="a first phase of this many long prompts wanting one token; 0: none",
+    )
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
@@ -231,9 +256,15 @@ def main() -> None:
     model = model_dir(args.preset)
     out_dir = REPO / "benchmarks" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
-    trace = out_dir / "mixed-trace.jsonl"
+    traces = {
+        "chats": out_dir / "mixed-trace.jsonl",
+        "prefill-batch": out_dir / "mixed-prefill-batch.jsonl",
+    }
+    chats = max(requests for _, requests, name in phases(args) if name == "chats")
+    write_trace(traces["chats"], chats, args.long_every, seed=0)
+    # hash ids after the chats': no prefix shared with them
     write_trace(
-        trace, max(requests for _, requests in phases(args)), args.long_every, seed=0
+        traces["prefill-batch"], args.prefill_batch, 1, seed=1, first_hash=10**6
     )
     objectives = [float(v) for v in args.objectives.split(",") if v]
     budgets = [int(v) for v in args.budgets.split(",") if v]
@@ -257,7 +288,7 @@ def main() -> None:
             setups[round_index % len(setups) :] + setups[: round_index % len(setups)]
         )
         for setup in order:
-            result = run_setup(setup, model, trace, args, out_dir)
+            result = run_setup(setup, model, traces, args, out_dir)
             runs[setup.name].append(result)
             print(
                 f"round {round_index + 1} {setup.name}: {json.dumps(result)}",
@@ -267,7 +298,8 @@ def main() -> None:
     results = {name: mean_of(found) for name, found in runs.items()}
     print()
     print(
-        f"{args.preset} preset; phases (concurrency, requests): {phases(args)}; "
+        f"{args.preset} preset; phases (concurrency, requests, trace): "
+        f"{phases(args)}; "
         f"every {args.long_every}th request a {LONG_INPUT}-token prompt; "
         f"{args.rounds} alternating rounds, {THREADS} threads; CPU {machine['isa']}; "
         f"read bandwidth {machine['bandwidth'] / 1e9:.1f} GB/s"
