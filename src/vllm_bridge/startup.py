@@ -197,13 +197,20 @@ def install() -> None:
     to ``sys.meta_path``, once per process."""
     try:
         set_isa_caps()
-        if _switch_simdlen() is not None and not _inductor_patch_disabled():
-            install_inductor_simdlen()
-        if installed_finder() is not None:
-            return
-        sys.meta_path.append(VllmCpuMetadataAlias())
+        if installed_finder() is None:
+            sys.meta_path.append(VllmCpuMetadataAlias())
     except Exception as exc:  # a .pth line must never break interpreter start
         print(f"vllm-bridge: startup stage failed: {exc!r}", file=sys.stderr)
+    if _switch_simdlen() is None:
+        return
+    try:
+        if not _inductor_patch_disabled():
+            install_inductor_simdlen()
+    except Exception:
+        # an unreadable VLLM_BRIDGE_DISABLE_PATCHES: the settings check
+        # reports it in one line once vLLM loads the plugin (the alias above
+        # keeps the vllm command working until then)
+        pass
 
 
 def uninstall() -> None:
