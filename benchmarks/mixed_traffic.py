@@ -59,27 +59,29 @@ class Setup:
 
 
 def write_trace(
-    path: Path, requests: int, long_every: int, seed: int, first_hash: int = 0
+    path: Path,
+    requests: int,
+    long_every: int,
+    seed: int,
+    long_output: int = LONG_OUTPUT,
+    first_hash: int = 0,
 ) -> None:
-    """One JSON line per request; hash ids unique from ``first_hash``, so no
-    prompt shares a cached prefix with another. ``long_every`` 1: every
-    request is a long prompt wanting one token (the prefill batch)."""
+    """One JSON line per request, every ``long_every``-th a long prompt
+    wanting ``long_output`` tokens; hash ids unique from ``first_hash``, so
+    no prompt shares a cached prefix with another."""
     rng = random.Random(seed)
     next_hash = first_hash
     with path.open("w") as trace:
         for index in range(requests):
             long = index % long_every == long_every // 2
             prompt = LONG_INPUT if long else rng.randint(*CHAT_INPUT)
-            output = CHAT_OUTPUT
-            if long:
-                output = PREFILL_BATCH_OUTPUT if long_every == 1 else LONG_OUTPUT
             chunks = -(-prompt // HASH_CHUNK)
             trace.write(
                 json.dumps(
                     {
                         "timestamp": 0,
                         "input_length": prompt,
-                        "output_length": output,
+                        "output_length": long_output if long else CHAT_OUTPUT,
                         "hash_ids": list(range(next_hash, next_hash + chunks)),
                     }
                 )
@@ -262,10 +264,16 @@ def main() -> None:
     }
     chats = max(requests for _, requests, name in phases(args) if name == "chats")
     write_trace(traces["chats"], chats, args.long_every, seed=0)
-    # hash ids after the chats': no prefix shared with them
-    write_trace(
-        traces["prefill-batch"], args.prefill_batch, 1, seed=1, first_hash=10**6
-    )
+    if args.prefill_batch:
+        # every request long, hash ids after the chats': no prefix shared
+        write_trace(
+            traces["prefill-batch"],
+            args.prefill_batch,
+            1,
+            seed=1,
+            long_output=PREFILL_BATCH_OUTPUT,
+            first_hash=10**6,
+        )
     objectives = [float(v) for v in args.objectives.split(",") if v]
     budgets = [int(v) for v in args.budgets.split(",") if v]
     setups = [Setup("default", ())]

@@ -75,6 +75,15 @@ def numa_nodes_with_cpus() -> list[int]:
     return sorted({c.numa_node for c in get_allowed_cpu_list()} & visible)
 
 
+def core_siblings(cpus: list[LogicalCPUInfo]) -> list[list[int]]:
+    """The logical CPUs of each physical core among ``cpus``, in order of
+    first appearance, each list ascending."""
+    siblings: dict[int, list[int]] = {}
+    for logical in cpus:
+        siblings.setdefault(logical.physical_core, []).append(logical.id)
+    return [sorted(ids) for ids in siblings.values()]
+
+
 def node_core_groups(
     cpus: list[LogicalCPUInfo], nodes: list[int]
 ) -> tuple[list[list[int]], list[int]]:
@@ -82,16 +91,12 @@ def node_core_groups(
     the core kept for the engine-core and API-server processes (the last
     worker's last core, on machines above RESERVE_FROM_CORES cores, where
     that worker has another)."""
-    groups: list[list[int]] = []
-    for node in nodes:
-        first_sibling: dict[int, int] = {}
-        for logical in cpus:
-            if logical.numa_node == node:
-                core = logical.physical_core
-                first_sibling[core] = min(
-                    first_sibling.get(core, logical.id), logical.id
-                )
-        groups.append(sorted(first_sibling.values()))
+    groups = [
+        sorted(
+            ids[0] for ids in core_siblings([c for c in cpus if c.numa_node == node])
+        )
+        for node in nodes
+    ]
     if sum(len(group) for group in groups) <= RESERVE_FROM_CORES or len(groups[-1]) < 2:
         return groups, []
     return [*groups[:-1], groups[-1][:-1]], groups[-1][-1:]
@@ -109,18 +114,14 @@ def simulated_numa_groups(
     workers would keep none. Returns the workers' CPUs and the reserved ones."""
     ordered = sorted(cpus, key=lambda c: c.numa_node)
     size = len(ordered) // workers
-    groups: list[list[int]] = []
-    for rank in range(workers):
-        siblings: dict[int, list[int]] = {}
-        for logical in ordered[rank * size : (rank + 1) * size]:
-            siblings.setdefault(logical.physical_core, []).append(logical.id)
-        groups.append(
-            sorted(
-                cpu_id
-                for ids in siblings.values()
-                for cpu_id in (ids if every_sibling else [max(ids)])
-            )
+    groups = [
+        sorted(
+            cpu_id
+            for ids in core_siblings(ordered[rank * size : (rank + 1) * size])
+            for cpu_id in (ids if every_sibling else ids[-1:])
         )
+        for rank in range(workers)
+    ]
     if sum(len(group) for group in groups) <= reserve:
         return groups, []
     counts = [reserve // workers] * workers
