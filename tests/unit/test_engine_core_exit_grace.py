@@ -1,5 +1,6 @@
 """The platform-stage patch that gives an engine-core process time to tear
-down before vLLM's process manager force-kills it.
+down before vLLM's process manager force-kills it, and does not kill one
+another thread has already reaped.
 
 A real process stands for the engine core: one that, like an engine core
 stopping its workers, needs a few seconds after SIGTERM before it exits.
@@ -11,8 +12,10 @@ checks a real one is not force-killed).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import sys
+import threading
 import time
 from types import FrameType
 
@@ -65,3 +68,47 @@ def test_without_the_patch_it_is_force_killed():
     REGISTRY.apply("platform")
     with REGISTRY.reverted(PATCH.name):
         assert stop_slow_process() == -signal.SIGKILL
+
+
+def quick_exit_process() -> None:
+    time.sleep(0.3)
+
+
+def stop_process_reaped_elsewhere() -> None:
+    """What vLLM's process-manager shutdown logs for an engine core that has
+    exited and been reaped by another thread (as the client's engine monitor
+    thread does when it wins the race for waitpid)."""
+    process = multiprocessing.get_context("fork").Process(
+        target=quick_exit_process, name="EngineCore"
+    )
+    process.start()
+    monitor = threading.Thread(target=os.waitpid, args=(process.pid, 0))
+    monitor.start()
+    monitor.join(10)
+    vllm.v1.engine.utils.shutdown([process], timeout=2)
+
+
+def test_a_process_reaped_by_another_thread_is_not_killed(caplog):
+    REGISTRY.apply("platform")
+    stop_process_reaped_elsewhere()
+    assert "force killing" not in caplog.text
+
+
+def test_without_the_patch_a_reaped_process_is_killed(caplog):
+    REGISTRY.apply("platform")
+    with REGISTRY.reverted(PATCH.name):
+        stop_process_reaped_elsewhere()
+    assert "force killing remaining process EngineCore" in caplog.text
+
+
+def test_a_process_still_running_after_the_timeout_is_killed(caplog):
+    REGISTRY.apply("platform")
+    process = multiprocessing.get_context("fork").Process(
+        target=slow_teardown_process, name="EngineCore"
+    )
+    process.start()
+    time.sleep(0.5)
+    vllm.v1.engine.utils.shutdown([process], timeout=1)
+    process.join(10)
+    assert process.exitcode == -signal.SIGKILL
+    assert "force killing remaining process EngineCore" in caplog.text
