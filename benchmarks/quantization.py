@@ -20,7 +20,6 @@ this model.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -100,24 +99,21 @@ def quality(model_dir: Path) -> list[tuple[str, float, float, float, float]]:
 
 
 def main() -> None:
+    sys.path.insert(0, str(REPO))
+    from benchmarks.throughput import (
+        SPEED_ROWS,
+        add_ab_arguments,
+        prepare_ab,
+        print_speed_table,
+        run_side,
+    )
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--preset", default="0.5b")
-    parser.add_argument("--isa", default="auto", help="VLLM_BRIDGE_ISA for every run")
+    add_ab_arguments(parser)
     parser.add_argument("--skip-speed", action="store_true")
     args = parser.parse_args()
-    sys.path.insert(0, str(REPO))
-    if args.isa != "auto":
-        os.environ["VLLM_BRIDGE_ISA"] = args.isa
-    from benchmarks.peers import THREADS, run_child
-    from benchmarks.throughput import model_dir, run_side
-
-    model = model_dir(args.preset)
-    machine = run_child(Path(sys.executable), "machine", model)
-    print(
-        f"{args.preset} preset, {THREADS} threads; CPU {machine['isa']}; measured "
-        f"read bandwidth {machine['bandwidth'] / 1e9:.1f} GB/s"
-    )
+    model, machine = prepare_ab(args)
+    print(machine)
     if not args.skip_speed:
         log_dir = REPO / "benchmarks" / "results"
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -133,16 +129,14 @@ def main() -> None:
             return statistics.median(run[key] for run in runs[side])
 
         print(f"\nmedians of {args.rounds} round(s), compiled\n")
-        print("| | unquantized | bridge_int8 | ratio |")
-        print("|---|---|---|---|")
-        for key, label, digits in (
-            ("single_tok_s", "tok/s, 1 stream", 1),
-            ("tok_s", "tok/s, 32 concurrent", 1),
-            ("ttft_s", "TTFT s", 3),
-        ):
-            base, int8 = median("bridge", key), median("bridge-int8", key)
-            cells = (f"{base:.{digits}f}", f"{int8:.{digits}f}", f"{int8 / base:.2f}")
-            print(f"| {label} | " + " | ".join(cells) + " |")
+        medians = {
+            label: {key: median(side, key) for key, _, _ in SPEED_ROWS}
+            for side, label in (
+                ("bridge", "unquantized"),
+                ("bridge-int8", "bridge_int8"),
+            )
+        }
+        print_speed_table(medians, "bridge_int8", "unquantized", "ratio")
         base = median("bridge", "model_load_resident_bytes")
         int8 = median("bridge-int8", "model_load_resident_bytes")
         print(

@@ -97,9 +97,15 @@ def child(model: str, mode: str, side: str) -> None:
     print("RESULT " + json.dumps(result), flush=True)
 
 
-def run_side(model: Path, mode: str, side: str, log_dir: Path) -> dict:
+def run_side(
+    model: Path,
+    mode: str,
+    side: str,
+    log_dir: Path,
+    env_overrides: dict[str, str] | None = None,
+) -> dict:
     # The built-in side's worker imports benchmarks.builtin_fixes.
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env_overrides or {})}
     if side == "builtin":
         from benchmarks.builtin_fixes import KV_CACHE_GIB
 
@@ -122,6 +128,49 @@ def run_side(model: Path, mode: str, side: str, log_dir: Path) -> dict:
             check=False,
         )
     return child_result(proc, f"{side} {mode} {model.name} failed, see {log}")
+
+
+def add_ab_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the A/B benchmarks built on this one."""
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--preset", default="0.5b")
+    parser.add_argument("--isa", default="auto", help="VLLM_BRIDGE_ISA for every run")
+
+
+def prepare_ab(args: argparse.Namespace) -> tuple[Path, str]:
+    """Set the ISA switch for every run, build the preset, and measure the
+    machine: the model directory and a line naming the machine class."""
+    from benchmarks.peers import THREADS, run_child
+
+    if args.isa != "auto":
+        os.environ["VLLM_BRIDGE_ISA"] = args.isa
+    model = model_dir(args.preset)
+    machine = run_child(Path(sys.executable), "machine", model)
+    return model, (
+        f"{args.preset} preset, {THREADS} threads; CPU {machine['isa']}, "
+        f"VLLM_BRIDGE_ISA={args.isa}; measured read bandwidth "
+        f"{machine['bandwidth'] / 1e9:.1f} GB/s"
+    )
+
+
+SPEED_ROWS = (
+    ("single_tok_s", "tok/s, 1 stream", 1),
+    ("tok_s", "tok/s, 32 concurrent", 1),
+    ("ttft_s", "TTFT s", 3),
+)
+
+
+def print_speed_table(
+    medians: dict[str, dict[str, float]], left: str, right: str, ratio: str
+) -> None:
+    """Markdown rows of ``SPEED_ROWS`` for two sides' medians, with the
+    ratio ``left / right`` headed ``ratio``."""
+    print(f"| | {left} | {right} | {ratio} |")
+    print("|---|---|---|---|")
+    for key, label, digits in SPEED_ROWS:
+        a, b = medians[left][key], medians[right][key]
+        cells = (f"{a:.{digits}f}", f"{b:.{digits}f}", f"{a / b:.2f}")
+        print(f"| {label} | " + " | ".join(cells) + " |")
 
 
 def child_result(proc: subprocess.CompletedProcess, failure: str) -> dict:

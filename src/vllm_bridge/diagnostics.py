@@ -16,6 +16,7 @@ import torch
 from vllm_bridge.config.reconcile import audited_values
 from vllm_bridge.device.cpu import numa_node_of
 from vllm_bridge.device.isa import detect
+from vllm_bridge.fusion import manager as fusion_manager
 from vllm_bridge.patches.catalogue import REGISTRY
 from vllm_bridge.patches.worker import isa_linear_kernel
 
@@ -63,6 +64,7 @@ def worker_report(worker: Any) -> dict[str, Any]:
         "bridge_kernel_layers": list(isa_linear_kernel.layers_on_bridge_kernel),
         "model_load_resident_bytes": getattr(worker, "model_load_resident_bytes", None),
         "attention_backends": attention_backends(worker),
+        "fusion_passes": fusion_manager.report(),
         **_int8_layers(worker),
         **_kv_cache_memory(worker),
         **_parallel(worker),

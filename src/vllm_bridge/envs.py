@@ -121,6 +121,37 @@ DISABLE_PATCHES = EnvVar(
     "patches to leave unapplied (`vllm-bridge patches` lists them)",
     allowed="comma-separated patch names, or all",
 )
+
+
+def parse_fusion_pass_names(raw: str) -> tuple[str, ...]:
+    from vllm_bridge.fusion.catalogue import NAMES
+
+    names = parse_name_list(raw)
+    unknown = sorted(set(names) - {*NAMES, "all"})
+    if unknown:
+        raise ValueError(
+            f"unknown fusion pass(es) {', '.join(unknown)}; known passes: "
+            f"{', '.join(NAMES)}, or all"
+        )
+    return names
+
+
+ENABLE_PASSES = EnvVar(
+    "VLLM_BRIDGE_ENABLE_PASSES",
+    parse_fusion_pass_names,
+    (),
+    "fusion passes to run in compiled graphs besides those on by default "
+    "(docs/passes.md lists them, with what each measured)",
+    allowed="comma-separated fusion pass names, or all",
+)
+DISABLE_PASSES = EnvVar(
+    "VLLM_BRIDGE_DISABLE_PASSES",
+    parse_fusion_pass_names,
+    (),
+    "fusion passes to leave out of compiled graphs, also those on by default "
+    "(wins over VLLM_BRIDGE_ENABLE_PASSES)",
+    allowed="comma-separated fusion pass names, or all",
+)
 STRICT = EnvVar(
     "VLLM_BRIDGE_STRICT",
     parse_bool,
@@ -220,6 +251,8 @@ TPOT_OBJECTIVE_MS: EnvVar[float | None] = EnvVar(
 ALL: tuple[EnvVar[object], ...] = (  # type: ignore[assignment]
     DISABLE,
     DISABLE_PATCHES,
+    ENABLE_PASSES,
+    DISABLE_PASSES,
     STRICT,
     COMPILE_MODE,
     KV_CACHE_SHARE,

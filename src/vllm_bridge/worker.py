@@ -23,6 +23,7 @@ from vllm_bridge.device.cpu import (
     request_amx_permission,
 )
 from vllm_bridge.distributed.ray_cluster import node_cpu_count
+from vllm_bridge.fusion import manager as fusion_manager
 from vllm_bridge.log import get_logger
 from vllm_bridge.ops.activation import register as register_custom_ops
 from vllm_bridge.patches.catalogue import REGISTRY
@@ -103,6 +104,8 @@ class BridgeWorker(CPUWorker):
         REGISTRY.apply("worker")
         register_custom_ops()
         super().__init__(*args, **kwargs)
+        # Before load_model, where the model's torch.compile reads its options.
+        fusion_manager.install(vllm_config.compilation_config)
         logger.info(
             "vllm-bridge worker ready (AMX tile permission: %s).",
             self.amx_permitted_at_init,

@@ -31,6 +31,11 @@ def test_worker_is_in_this_process_and_bridged(result: dict):
     assert result["report"]["worker_class"] == "vllm_bridge.worker.BridgeWorker"
 
 
+def test_eager_mode_gets_no_fusion_passes(result: dict):
+    assert result["report"]["fusion_passes"]["installed"] is False
+    assert result["report"]["fusion_passes"]["rewrites"] == {}
+
+
 def test_hot_paths_run_vllm_cpu_kernels(result: dict):
     calls = result["calls"]
     for kernel in (

@@ -136,6 +136,15 @@ BAD_INPUTS = [
     (None, {"VLLM_BRIDGE_": "1"}, ["Unknown environment variable VLLM_BRIDGE_"]),
     (
         None,
+        {"VLLM_BRIDGE_DISABLE_PASSES": "int8-quant"},
+        [
+            "VLLM_BRIDGE_DISABLE_PASSES='int8-quant' is invalid",
+            "unknown fusion pass(es) int8-quant",
+            "known passes: int8-quant-inline, or all",
+        ],
+    ),
+    (
+        None,
         {"VLLM_BRIDGE_DISABLE": "maybe"},
         ["VLLM_BRIDGE_DISABLE='maybe' is invalid", "expected a boolean"],
     ),

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from vllm_bridge import envs
 from vllm_bridge.config import audit
 from vllm_bridge.errors import BridgeConfigError
 from vllm_bridge.patches.catalogue import REGISTRY
@@ -93,6 +94,27 @@ def patches(
     console.print(table)
     if check and failed:
         raise typer.Exit(1)
+
+
+@app.command()
+def passes(
+    docs_path: Annotated[
+        Path | None, typer.Option("--docs", help="Write the pass docs to this file.")
+    ] = None,
+) -> None:
+    """List the fusion passes and whether each runs with the current
+    VLLM_BRIDGE_ENABLE_PASSES and VLLM_BRIDGE_DISABLE_PASSES."""
+    from vllm_bridge.fusion.catalogue import PASSES, enabled
+    from vllm_bridge.tools import pass_docs
+
+    if docs_path is not None:
+        docs_path.write_text(pass_docs.render(PASSES))
+        console.print(f"wrote {docs_path}")
+        return
+    on = enabled(envs.ENABLE_PASSES.get(), envs.DISABLE_PASSES.get())
+    for fusion_pass in PASSES:
+        state = "on" if fusion_pass in on else "off"
+        console.print(f"{fusion_pass.name}: {state} ({fusion_pass.applies_to})")
 
 
 @app.command(

@@ -1,6 +1,6 @@
 """Keep compiled models apart in vLLM's compile cache where vllm-bridge's
-settings change the compiled code: the CPU class, the attention backend and
-the linear-layer kernels."""
+settings change the compiled code: the CPU class, the attention backend,
+the linear-layer kernels and the fusion passes."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ def bridge_factors() -> list[str]:
     from vllm_bridge import envs
     from vllm_bridge.attention import selection
     from vllm_bridge.device.isa import detect
+    from vllm_bridge.fusion.manager import enabled_passes
 
     return [
         f"vllm-bridge isa class {detect().effective}",
@@ -25,6 +26,8 @@ def bridge_factors() -> list[str]:
         # auto by the main process before the workers start)
         f"vllm-bridge linear kernel {envs.LINEAR_KERNEL.get()}",
         f"vllm-bridge int8 kernel {envs.INT8_KERNEL.get()}",
+        # vLLM's AOT artifact holds the graph after the fusion passes
+        f"vllm-bridge fusion passes {','.join(p.name for p in enabled_passes())}",
     ]
 
 
@@ -56,13 +59,15 @@ PATCH = Patch(
         "never writes the KV cache, and every prompt gets the same tokens; nor "
         "(3) the linear layers' kernel ops (VLLM_BRIDGE_LINEAR_KERNEL, "
         "VLLM_BRIDGE_INT8_KERNEL), which a cached graph would keep calling "
-        "whatever the setting says."
+        "whatever the setting says; nor (4) vllm-bridge's fusion passes "
+        "(VLLM_BRIDGE_ENABLE_PASSES, VLLM_BRIDGE_DISABLE_PASSES), whose "
+        "rewrites the cached graph holds."
     ),
     how=(
         "The cache key's factors get the effective ISA class "
-        "(device/isa.py), VLLM_BRIDGE_ATTENTION and the two kernel settings "
-        "appended, so each combination compiles and loads its own "
-        "artifacts."
+        "(device/isa.py), VLLM_BRIDGE_ATTENTION, the two kernel settings and "
+        "the fusion passes that run appended, so each combination compiles and "
+        "loads its own artifacts."
     ),
     upstream=(
         "none yet: to be reported to vLLM (aot_compile_hash_factors should "
