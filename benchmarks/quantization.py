@@ -1,6 +1,6 @@
 """``--quantization bridge_int8`` against the unquantized model, side by side.
 
-    python benchmarks/quantization.py --rounds 2 [--preset 0.5b] [--isa avx2]
+    python benchmarks/quantization.py --rounds 2 [--preset 0.5b] [--isa avx2] [--gptq]
 
 Speed and memory: alternating runs of vllm-bridge at its defaults (the
 checkpoint's bf16, or what the ISA table picks) and with bridge_int8, each
@@ -15,6 +15,11 @@ linear layer replaced by the int8 GEMM bridge_int8 uses on this CPU; top-1
 agreement with the reference and the mean KL divergence of the next-token
 distributions. The bf16 row is the noise floor: how far rounding alone moves
 this model.
+
+``--gptq`` adds a third side to the speed runs: a GPTQ 4-bit copy of the
+preset (round to nearest, groups of 128, written by
+vllm_bridge_testmodel.gptq) on vLLM's 4-bit CPU GEMM with bf16 activations,
+the kernel an online int4 method would use (AVX-512 and AMX classes).
 """
 
 from __future__ import annotations
@@ -111,17 +116,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_ab_arguments(parser)
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--gptq", action="store_true")
     args = parser.parse_args()
     model, machine = prepare_ab(args)
     print(machine)
     if not args.skip_speed:
         log_dir = REPO / "benchmarks" / "results"
         log_dir.mkdir(parents=True, exist_ok=True)
-        runs: dict[str, list[dict]] = {side: [] for side in SIDES}
+        models = {side: model for side in SIDES}
+        if args.gptq:
+            from vllm_bridge_testmodel.gptq import write_gptq_copy
+
+            models["bridge-gptq"] = write_gptq_copy(
+                model, model.with_name(f"{args.preset}-gptq4"), group_size=128
+            )
+        sides = list(models)
+        runs: dict[str, list[dict]] = {side: [] for side in sides}
         for round_index in range(args.rounds):
-            order = SIDES if round_index % 2 == 0 else SIDES[::-1]
-            for side in order:
-                result = run_side(model, "compiled", side, log_dir)
+            for side in sides if round_index % 2 == 0 else sides[::-1]:
+                result = run_side(models[side], "compiled", side, log_dir)
                 runs[side].append(result)
                 print(f"{side}: {result}", file=sys.stderr)
 
@@ -140,9 +153,15 @@ def main() -> None:
         base = median("bridge", "model_load_resident_bytes")
         int8 = median("bridge-int8", "model_load_resident_bytes")
         print(
-            f"| worker RSS added by the weights, MiB | {base / 2**20:.0f} "
-            f"| {int8 / 2**20:.0f} | {int8 / base:.2f} |"
+            f"| worker RSS added by the weights, MiB | {int8 / 2**20:.0f} "
+            f"| {base / 2**20:.0f} | {int8 / base:.2f} |"
         )
+        if args.gptq:
+            medians["GPTQ 4-bit"] = {
+                key: median("bridge-gptq", key) for key, _, _ in SPEED_ROWS
+            }
+            print()
+            print_speed_table(medians, "GPTQ 4-bit", "bridge_int8", "ratio")
         mib = median("bridge-int8", "int8_weight_bytes") / 2**20
         print(f"\nint8 weights and scales of the linear layers: {mib:.0f} MiB")
     print("\nteacher-forced, 16 x 128 tokens, transformers\n")

@@ -60,6 +60,10 @@ def child(model: str, mode: str, side: str) -> None:
     kwargs: dict[str, object] = {"enforce_eager": mode == "eager"}
     if side == "bridge-int8":
         kwargs["quantization"] = "bridge_int8"
+    if side == "bridge-gptq":
+        # a GPTQ copy stores float16 non-quantized weights; vLLM's 4-bit CPU
+        # GEMM runs with bf16 activations
+        kwargs["dtype"] = "bfloat16"
     if side == "builtin":
         from benchmarks.builtin_fixes import WORKER_CLS
 
