@@ -61,6 +61,7 @@ def _patterns() -> PatternMatcherPass:
 
 
 def rewrite(graph: torch.fx.Graph) -> int:
+    """Rewrite every symmetric dynamic quantization in ``graph``; how many."""
     if not hasattr(torch.ops._C, "dynamic_scaled_int8_quant"):
         return 0
     return _patterns().apply(graph)

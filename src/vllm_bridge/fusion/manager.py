@@ -48,6 +48,7 @@ class BridgePassManager(CustomGraphPass):
             count = _rewrite_function(fusion_pass)(graph)
             rewrites[fusion_pass.name] = rewrites.get(fusion_pass.name, 0) + count
             logger.debug("fusion pass %s rewrote %d place(s)", fusion_pass.name, count)
+        # A rewritten op leaves the buffers it wrote into without users.
         graph.eliminate_dead_code()
 
     def uuid(self) -> str:
