@@ -18,6 +18,9 @@ buffers."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,17 +43,32 @@ CHOSEN = [
 
 
 @pytest.fixture(scope="module", params=CHOSEN)
-def run(request: pytest.FixtureRequest, tiny_model: Path) -> tuple[str, dict]:
+def run(request: pytest.FixtureRequest, tiny_model: Path) -> Iterator[tuple[str, dict]]:
     layout = request.param
+    # A temporary directory of its own, to see what the script leaves there
+    # (a short path: Unix socket paths hold 107 bytes).
+    temporary = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))
     # An engine this test process ran earlier (module-scoped LLM fixtures)
     # left its one-worker binding in os.environ; a user starting a fresh
     # process has none.
-    return layout, generate_in_subprocess(
+    result = generate_in_subprocess(
         tiny_model,
         eager=True,
         llm_kwargs=LAYOUTS[layout],
-        unset=(THREADS_BIND_ENV, "GOMP_SPINCOUNT"),
+        unset=(THREADS_BIND_ENV, "GOMP_SPINCOUNT", "VLLM_RPC_BASE_PATH"),
+        TMPDIR=str(temporary),
     )
+    result["left_in_tmpdir"] = sorted(
+        p.name for p in temporary.iterdir() if p.is_socket() or "ipc" in p.name
+    )
+    shutil.rmtree(temporary, ignore_errors=True)
+    yield layout, result
+
+
+def test_the_script_leaves_no_ipc_socket_files(run):
+    # 9 socket files per PP=2 script without patch ipc-socket-directory
+    _, result = run
+    assert result["left_in_tmpdir"] == []
 
 
 def test_greedy_tokens_match_transformers(run, hf_greedy):
