@@ -17,6 +17,9 @@ from vllm_bridge.log import get_logger
 from vllm_bridge.patching.spec import Patch
 
 POLL_INTERVAL_S = 0.2
+# How long a dead engine's output handler may take to hand the error to
+# every request before the server's shutdown begins.
+ERROR_HANDOFF_S = 1.0
 EXIT_MESSAGE = (
     "vllm-bridge: error: the engine stopped while serving (a worker or the "
     "engine-core process died; the log above names the cause). vllm serve "
@@ -98,6 +101,12 @@ class EngineDeathWatch:
                 logger.error(
                     "vllm-bridge: the engine died while serving; stopping the server"
                 )
+                # vLLM marks the engine dead before its output handler has
+                # failed the requests in flight with the engine's death;
+                # a shutdown begun in between aborts them instead.
+                handler = getattr(self.engine_client, "output_handler", None)
+                if isinstance(handler, asyncio.Task):
+                    await asyncio.wait({handler}, timeout=ERROR_HANDOFF_S)
                 # The handler vLLM's HTTP server installed for SIGTERM runs
                 # its whole shutdown; vLLM's own watchdog would take up to 5 s.
                 signal.raise_signal(signal.SIGTERM)
