@@ -4,9 +4,10 @@
 
 Alternating runs of ``--quantization bridge_int8`` (the path the passes
 rewrite: oneDNN's int8 GEMM after a separate per-token quantization, which
-vllm-bridge picks on AVX-512 CPUs without AMX) with every pass on and with
-VLLM_BRIDGE_DISABLE_PASSES=all, each engine in a fresh process, compiled, the
-prompts and measurements of benchmarks/throughput.py. On a CPU of another
+vllm-bridge picks on AVX-512 CPUs without AMX) with every pass on
+(VLLM_BRIDGE_ENABLE_PASSES=all) and with VLLM_BRIDGE_DISABLE_PASSES=all,
+each engine in a fresh process, compiled, the prompts and measurements of
+benchmarks/throughput.py. On a CPU of another
 class, ``--isa`` runs as one of the classes the passes act on (label the
 figures so). Prints medians and the ratio on / off.
 """
@@ -19,7 +20,12 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SIDES = {"passes on": {}, "passes off": {"VLLM_BRIDGE_DISABLE_PASSES": "all"}}
+# Passes that are off by default run only when named; an inherited
+# VLLM_BRIDGE_DISABLE_PASSES would win over the names.
+SIDES = {
+    "passes on": {"VLLM_BRIDGE_ENABLE_PASSES": "all", "VLLM_BRIDGE_DISABLE_PASSES": ""},
+    "passes off": {"VLLM_BRIDGE_DISABLE_PASSES": "all"},
+}
 
 
 def main() -> None:
