@@ -48,15 +48,12 @@ def stop_processes(procs: list[BaseProcess], timeout: float | None = None) -> No
     from vllm.utils.system_utils import kill_process_tree
 
     started = [proc for proc in procs if proc.pid is not None]
-    for proc in started:
-        if not has_exited(proc):
-            logger.info(
-                "[shutdown] Process manager: send sigterm to process %s", proc.name
-            )
-            proc.terminate()
+    running = [proc for proc in started if not has_exited(proc)]
+    for proc in running:
+        logger.info("[shutdown] Process manager: send sigterm to process %s", proc.name)
+        proc.terminate()
 
     deadline = time.monotonic() + (exit_grace_s() if timeout is None else timeout)
-    running = [proc for proc in started if not has_exited(proc)]
     while running and (remaining := deadline - time.monotonic()) > 0:
         connection.wait([proc.sentinel for proc in running], timeout=remaining)
         running = [proc for proc in running if not has_exited(proc)]
