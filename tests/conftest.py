@@ -31,6 +31,11 @@ PROMPTS = [
 ]
 MAX_TOKENS = 32
 
+# Parallel layouts the engine tests run: "pp2" (tests/engine/test_llm_parallel.py,
+# one machine), "nodes2" (tests/engine/test_serve_two_nodes.py, two simulated
+# hosts); "tp2" (one machine, shared-memory all-reduce) on request.
+PARALLEL_LAYOUTS = os.environ.get("TEST_PARALLEL_LAYOUTS", "pp2,nodes2").split(",")
+
 
 def run_venv_command(
     command: str,

@@ -183,14 +183,20 @@ def assert_greedy_text_is_transformers(
     server: Server, model: Path, hf_greedy: list[list[int]], prompts: list[str]
 ) -> None:
     """The server's greedy completion of each prompt (all MAX_TOKENS of it)
-    is the text of Hugging Face transformers' greedy tokens."""
+    is the text of Hugging Face transformers' greedy tokens. The prompts go
+    in at once, as a server's clients send them: one batch of steps, where
+    one request after another would take a step per token each (slow where
+    the workers' collectives wait on a busy machine)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from transformers import AutoTokenizer
 
     from tests.conftest import MAX_TOKENS
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused")
-    for prompt, expected in zip(prompts, hf_greedy, strict=True):
+
+    def complete(prompt: str) -> str:
         completion = client.completions.create(
             model=str(model),
             prompt=prompt,
@@ -198,4 +204,8 @@ def assert_greedy_text_is_transformers(
             temperature=0.0,
             extra_body={"min_tokens": MAX_TOKENS},
         )
-        assert completion.choices[0].text == tokenizer.decode(expected)
+        return completion.choices[0].text
+
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        texts = list(pool.map(complete, prompts))
+    assert texts == [tokenizer.decode(expected) for expected in hf_greedy]

@@ -5,9 +5,10 @@ kernel library offers.
 
 The suite runs the pipeline-parallel layout, which depends on both of
 vllm-bridge's parts below; the tensor-parallel one (same binding, vLLM's
-shared-memory all-reduce) runs with TEST_PARALLEL_LAYOUTS=tp2,pp2
-and was run so by hand (docs/distributed.md): a second two-worker engine costs
-the suite 30 s of its 8-minute budget.
+shared-memory all-reduce) runs with TEST_PARALLEL_LAYOUTS=pp2,nodes2,tp2
+(docs/distributed.md): a second two-worker engine costs the suite 30 s of
+its 8-minute budget, where TP=2 already runs across two simulated hosts
+(test_serve_two_nodes.py) and on Ray (test_serve_ray.py).
 
 On a machine with fewer NUMA nodes than workers vLLM's automatic binding
 refuses to start ("Not enough allowed NUMA nodes"): rule rank_binding gives
@@ -17,7 +18,6 @@ buffers."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import PARALLEL_LAYOUTS
 from tests.engine.llm_support import generate_in_subprocess
 from vllm_bridge.config.parallel_rules import THREADS_BIND_ENV
 from vllm_bridge.device import cpu
@@ -35,11 +36,7 @@ LAYOUTS = {
     "pp2": {"pipeline_parallel_size": 2},
 }
 # "nodes2" is tests/engine/test_serve_two_nodes.py's
-CHOSEN = [
-    layout
-    for layout in os.environ.get("TEST_PARALLEL_LAYOUTS", "pp2").split(",")
-    if layout in LAYOUTS
-]
+CHOSEN = [layout for layout in PARALLEL_LAYOUTS if layout in LAYOUTS]
 
 
 @pytest.fixture(scope="module", params=CHOSEN)

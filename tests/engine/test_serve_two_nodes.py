@@ -7,9 +7,8 @@ runs in a mount and UTS namespace of its own (`unshare -m -u`: its own
 runs the API server, the engine core and rank 0; node 1 (`--headless`)
 rank 1. Their TP group cannot share memory, so it must fall back to gloo.
 
-Opt-in (TEST_PARALLEL_LAYOUTS=nodes2,...): about a minute of two cores,
-which the suite's 8-minute budget does not have; run by hand on the
-reference machine (docs/distributed.md).
+In the suite by default (TEST_PARALLEL_LAYOUTS without "nodes2" leaves it
+out): about a minute of two cores.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PROMPTS, VENV_BIN
+from tests.conftest import PARALLEL_LAYOUTS, PROMPTS, VENV_BIN
 from tests.engine.server_support import (
     Server,
     assert_greedy_text_is_transformers,
@@ -34,8 +33,8 @@ from tests.simulated_hosts import as_host, can_simulate_hosts
 pytestmark = [
     pytest.mark.engine,
     pytest.mark.skipif(
-        "nodes2" not in os.environ.get("TEST_PARALLEL_LAYOUTS", "").split(","),
-        reason="opt-in: TEST_PARALLEL_LAYOUTS=nodes2 (a minute of the time budget)",
+        "nodes2" not in PARALLEL_LAYOUTS,
+        reason="left out by TEST_PARALLEL_LAYOUTS",
     ),
     pytest.mark.skipif(
         not can_simulate_hosts(),
@@ -86,7 +85,7 @@ def nodes(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         launcher=as_host("node0"),
     )
     try:
-        yield server, logs
+        yield server, headless, logs
     finally:
         server.stop(signal.SIGTERM)
         headless.send_signal(signal.SIGTERM)
@@ -96,15 +95,31 @@ def nodes(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             headless.kill()
 
 
+Nodes = tuple[Server, subprocess.Popen, Path]
+
+
 def test_greedy_text_matches_transformers(
-    nodes: tuple[Server, Path], tiny_model: Path, hf_greedy: list[list[int]]
+    nodes: Nodes, tiny_model: Path, hf_greedy: list[list[int]]
 ):
-    server, _ = nodes
+    server, _, _ = nodes
     assert_greedy_text_is_transformers(server, tiny_model, hf_greedy[:3], PROMPTS[:3])
 
 
-def test_the_group_across_hosts_falls_back_to_gloo(nodes: tuple[Server, Path]):
-    _, logs = nodes
+def test_the_group_across_hosts_falls_back_to_gloo(nodes: Nodes):
+    _, _, logs = nodes
     for node in ("node0", "node1"):
         log = (logs / f"{node}.log").read_text()
         assert "CPU SHM communicator disabled for group tp:0" in log
+
+
+def test_both_nodes_stop_on_sigterm_and_no_worker_is_killed(nodes: Nodes):
+    """The leader first, then the headless node: each exits 0, and the
+    headless node's worker leaves by itself (patch remote-reader-shutdown;
+    without it vLLM killed it with SIGKILL 9 s after the SIGTERM)."""
+    server, headless, logs = nodes
+    assert server.stop(signal.SIGTERM) == 0
+    headless.send_signal(signal.SIGTERM)
+    assert headless.wait(60) == 0
+    log = (logs / "node1.log").read_text()
+    assert "all workers exited gracefully" in log, log[-3000:]
+    assert "sending SIGKILL" not in log

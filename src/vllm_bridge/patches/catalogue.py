@@ -22,6 +22,7 @@ from vllm_bridge.patches.worker import (
     compile_cache_load,
     isa_linear_kernel,
     kv_cache_zero_pages,
+    remote_reader_shutdown,
     shm_group_host_name,
 )
 from vllm_bridge.patching.registry import Registry
@@ -45,5 +46,6 @@ REGISTRY = Registry(
         kv_cache_zero_pages.PATCH,
         isa_linear_kernel.PATCH,
         shm_group_host_name.PATCH,
+        remote_reader_shutdown.PATCH,
     ]
 )
