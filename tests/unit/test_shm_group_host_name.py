@@ -30,10 +30,14 @@ needs_namespaces = pytest.mark.skipif(
 )
 
 
-def run_ranks(own_shm_per_rank: bool) -> list[subprocess.CompletedProcess[str]]:
+def run_ranks(
+    own_shm_per_rank: bool, patch_disabled: bool = False
+) -> list[subprocess.CompletedProcess[str]]:
     port = str(free_port())
     env = dict(os.environ)
     env.pop("VLLM_BRIDGE_DISABLE_PATCHES", None)
+    if patch_disabled:
+        env["VLLM_BRIDGE_DISABLE_PATCHES"] = "cpu-shm-host-aware-name"
     commands = []
     for rank in ("0", "1"):
         command = [sys.executable, str(RANK_SCRIPT), rank, port]
@@ -98,9 +102,24 @@ def test_ranks_on_one_host_keep_shared_memory():
 
 @needs_namespaces
 def test_ranks_on_two_hosts_fall_back_to_gloo():
-    """Without the patch (VLLM_BRIDGE_DISABLE_PATCHES=cpu-shm-host-aware-name)
-    both ranks agree on one segment name, each creates it in its own
-    /dev/shm and fails: "open shm in SHMManager failed"."""
     for result in results(run_ranks(own_shm_per_rank=True)):
         assert result["sum"] == [3.0] * 4
         assert result["shared_memory"] is False
+
+
+@needs_namespaces
+def test_without_the_patch_ranks_on_two_hosts_fail_in_shared_memory():
+    """Both ranks agree on one segment name, each opens it in its own
+    /dev/shm, and the peer's never appears. A kernel library without the
+    shared-memory collectives (vLLM's AVX2 build) never takes that path."""
+    import torch
+    import vllm._custom_ops  # noqa: F401  (loads torch.ops._C)
+
+    ranks = run_ranks(own_shm_per_rank=True, patch_disabled=True)
+    if not hasattr(torch.ops._C, "init_shm_manager"):
+        for result in results(ranks):
+            assert result["shared_memory"] is False
+        return
+    for rank in ranks:
+        assert rank.returncode != 0
+        assert "open shm in SHMManager failed" in rank.stderr, rank.stderr[-2000:]
