@@ -51,10 +51,11 @@ def start_server(
     *extra: str,
     env: dict[str, str] | None = None,
     launcher: tuple[str, ...] = (),
+    unset: tuple[str, ...] = (),
 ) -> Server:
     """`vllm serve MODEL` with no tuning flags (``env`` adds variables,
-    ``launcher`` is a command that runs it, e.g. in a namespace); returns
-    once /health answers."""
+    ``unset`` removes some, ``launcher`` is a command that runs it, e.g. in
+    a namespace); returns once /health answers."""
     port = free_port()
     log_file = log_path.open("w")
     process = subprocess.Popen(
@@ -72,7 +73,10 @@ def start_server(
         stdout=log_file,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
+        env={
+            **{name: value for name, value in os.environ.items() if name not in unset},
+            **(env or {}),
+        },
     )
     server = Server(process, port, log_path)
     deadline = time.monotonic() + START_TIMEOUT_S

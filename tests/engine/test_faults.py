@@ -9,7 +9,9 @@ is tests/engine/test_serve.py's)."""
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,11 +55,30 @@ def kill_while_streaming(
     return status, exit_s, outcomes, children
 
 
+def left_behind(directory: Path) -> list[str]:
+    """What vLLM's processes left in a temporary directory: IPC sockets,
+    the distributed store's file, the runtime directory."""
+    return sorted(
+        path.name
+        for path in directory.iterdir()
+        if path.is_socket() or path.name.startswith(("vllm_dist_", "vb-ipc-"))
+    )
+
+
 @pytest.mark.parametrize("victim", sorted(TITLES))
 def test_killed_process_fails_the_requests_and_ends_serve_with_status_1(
     tiny_model: Path, tmp_path: Path, victim: str
 ):
-    server = start_server(tiny_model, tmp_path / "serve.log", *EAGER)
+    # A temporary directory of its own (short: socket paths hold 107
+    # bytes), to see what the crash leaves there.
+    temporary = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))
+    server = start_server(
+        tiny_model,
+        tmp_path / "serve.log",
+        *EAGER,
+        env={"TMPDIR": str(temporary)},
+        unset=("VLLM_RPC_BASE_PATH",),
+    )
     status, exit_s, outcomes, children = kill_while_streaming(
         server, tiny_model, victim
     )
@@ -76,6 +97,11 @@ def test_killed_process_fails_the_requests_and_ends_serve_with_status_1(
     # engine core notices its parent's death by polling).
     _, alive = psutil.wait_procs(children, timeout=15)
     assert not alive, [process.pid for process in alive]
+    # patch dist-store-directory: the killed engine's vllm_dist_<uuid> file
+    # stayed here without it
+    left = left_behind(temporary)
+    shutil.rmtree(temporary, ignore_errors=True)
+    assert left == []
 
 
 def test_sigterm_with_drain_off_aborts_the_streams_and_exits_0(
