@@ -43,7 +43,11 @@ PATCH = Patch(
         "that patch is off and VLLM_RPC_BASE_PATH unset, the temporary "
         "directory as before."
     ),
-    upstream="not reported yet",
+    upstream=(
+        "https://github.com/vllm-project/vllm/pull/41983 (the file:// "
+        "rendezvous that replaced a racy TCP port); the file left by an "
+        "unclean exit is not reported yet"
+    ),
     remove_when="vLLM removes the file store's file once its workers have met",
     vllm_versions=SUPPORTED_VLLM,
     fingerprint="6a04655c2944a18c",
