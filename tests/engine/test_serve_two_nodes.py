@@ -16,9 +16,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import PARALLEL_LAYOUTS, PROMPTS, VENV_BIN
@@ -29,6 +31,9 @@ from tests.engine.server_support import (
     start_server,
 )
 from tests.simulated_hosts import as_host, can_simulate_hosts
+
+# Probes (3 x 1 s) plus the workers' stop, with room for a busy machine.
+LEADER_LOSS_BOUND_S = 30
 
 pytestmark = [
     pytest.mark.engine,
@@ -112,14 +117,23 @@ def test_the_group_across_hosts_falls_back_to_gloo(nodes: Nodes):
         assert "CPU SHM communicator disabled for group tp:0" in log
 
 
-def test_both_nodes_stop_on_sigterm_and_no_worker_is_killed(nodes: Nodes):
-    """The leader first, then the headless node: each exits 0, and the
-    headless node's worker leaves by itself (patch remote-reader-shutdown;
-    without it vLLM killed it with SIGKILL 9 s after the SIGTERM)."""
+def test_when_the_leader_dies_the_headless_node_stops_with_status_1(nodes: Nodes):
+    """The engine core's node killed outright (SIGKILL to its every
+    process): the headless node notices within seconds (patch
+    headless-leader-watch; without it, it waited forever), names the lost
+    address, and stops as on SIGTERM: its worker leaves by itself (patch
+    remote-reader-shutdown; without it, vLLM killed the worker with SIGKILL
+    9 s after the stop began), and it exits 1 for its supervisor."""
     server, headless, logs = nodes
-    assert server.stop(signal.SIGTERM) == 0
-    headless.send_signal(signal.SIGTERM)
-    assert headless.wait(60) == 0
+    leader = psutil.Process(server.process.pid)
+    for process in [leader, *leader.children(recursive=True)]:
+        process.kill()
+    killed_at = time.monotonic()
+    status = headless.wait(60)
+    stopped_s = time.monotonic() - killed_at
     log = (logs / "node1.log").read_text()
+    assert status == 1, log[-3000:]
+    assert "lost the engine core's node" in log, log[-3000:]
     assert "all workers exited gracefully" in log, log[-3000:]
     assert "sending SIGKILL" not in log
+    assert stopped_s < LEADER_LOSS_BOUND_S, log[-3000:]
