@@ -87,4 +87,6 @@ def generate_in_subprocess(
     assert proc.returncode == 0 and lines, proc.stderr[-4000:]
     result = json.loads(lines[-1].removeprefix("RESULT "))
     result["force_killed"] = "force killing" in proc.stdout + proc.stderr
+    # the end of what it logged: its engine's shutdown
+    result["log_tail"] = proc.stdout[-3000:] + proc.stderr[-3000:]
     return result

@@ -105,4 +105,4 @@ def test_the_script_ends_without_force_killing_its_engine_core(run):
     exits by itself (patch engine-core-exit-grace; its deterministic test is
     tests/unit/test_engine_core_exit_grace.py)."""
     _, result = run
-    assert not result["force_killed"]
+    assert not result["force_killed"], result["log_tail"]

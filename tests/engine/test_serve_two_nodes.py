@@ -14,8 +14,10 @@ out): about a minute of two cores.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +34,7 @@ from tests.engine.server_support import (
 )
 from tests.simulated_hosts import as_host, can_simulate_hosts
 
+RPC_BASE_PATH = "VLLM_RPC_BASE_PATH"
 # Probes (3 x 1 s) plus the workers' stop, with room for a busy machine.
 LEADER_LOSS_BOUND_S = 30
 
@@ -51,6 +54,10 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def nodes(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     logs = tmp_path_factory.mktemp("nodes")
+    # A temporary directory of the nodes' own (short: socket paths hold 107
+    # bytes): the leader is killed below, so its runtime directory (patch
+    # ipc-socket-directory) is not removed by it.
+    temporary = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))
     common = [
         "--nnodes",
         "2",
@@ -64,6 +71,9 @@ def nodes(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "--dtype",
         "float32",
     ]
+    environ = {
+        name: value for name, value in os.environ.items() if name != RPC_BASE_PATH
+    }
     # A host's worker has its host's cores: here one core each.
     headless = subprocess.Popen(
         [
@@ -78,7 +88,7 @@ def nodes(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         ],
         stdout=(logs / "node1.log").open("w"),
         stderr=subprocess.STDOUT,
-        env={**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "1"},
+        env={**environ, "VLLM_CPU_OMP_THREADS_BIND": "1", "TMPDIR": str(temporary)},
     )
     server = start_server(
         tiny_model,
@@ -86,7 +96,8 @@ def nodes(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         *common,
         "--node-rank",
         "0",
-        env={"VLLM_CPU_OMP_THREADS_BIND": "0"},
+        env={"VLLM_CPU_OMP_THREADS_BIND": "0", "TMPDIR": str(temporary)},
+        unset=(RPC_BASE_PATH,),
         launcher=as_host("node0"),
     )
     try:
@@ -98,6 +109,7 @@ def nodes(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             headless.wait(60)
         except subprocess.TimeoutExpired:
             headless.kill()
+        shutil.rmtree(temporary, ignore_errors=True)
 
 
 Nodes = tuple[Server, subprocess.Popen, Path]

@@ -4,7 +4,6 @@ they are applied within each stage."""
 from vllm_bridge.patches.platform import (
     async_llm_quiet_shutdown,
     config_error_exit,
-    dist_store_directory,
     engine_core_exit_grace,
     engine_dead_message,
     headless_leader_watch,
@@ -35,7 +34,6 @@ REGISTRY = Registry(
         isa_switch_inductor_key.PATCH,
         config_error_exit.PATCH,
         ipc_socket_directory.PATCH,
-        dist_store_directory.PATCH,
         isa_switch.PATCH,
         isa_auto_dtype.PATCH,
         async_llm_quiet_shutdown.PATCH,
