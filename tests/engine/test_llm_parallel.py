@@ -7,8 +7,7 @@ The suite runs the pipeline-parallel layout, which depends on both of
 vllm-bridge's parts below; the tensor-parallel one (same binding, vLLM's
 shared-memory all-reduce) runs with TEST_PARALLEL_LAYOUTS=pp2,nodes2,tp2
 (docs/distributed.md): a second two-worker engine costs the suite 30 s of
-its 8-minute budget, where TP=2 already runs across two simulated hosts
-(test_serve_two_nodes.py) and on Ray (test_serve_ray.py).
+its 8-minute budget, where TP=2 already runs on Ray (test_serve_ray.py).
 
 On a machine with fewer NUMA nodes than workers vLLM's automatic binding
 refuses to start ("Not enough allowed NUMA nodes"): rule rank_binding gives
