@@ -87,6 +87,10 @@ def generate_in_subprocess(
     assert proc.returncode == 0 and lines, proc.stderr[-4000:]
     result = json.loads(lines[-1].removeprefix("RESULT "))
     result["force_killed"] = "force killing" in proc.stdout + proc.stderr
-    # the end of what it logged: its engine's shutdown
-    result["log_tail"] = proc.stdout[-3000:] + proc.stderr[-3000:]
+    # how its engine stopped
+    result["log_tail"] = "\n".join(
+        line
+        for line in (proc.stdout + proc.stderr).splitlines()
+        if "shutdown]" in line or "force" in line or "Parent process" in line
+    )
     return result
