@@ -33,10 +33,10 @@ MAX_TOKENS = 32
 
 # Parallel layouts the engine tests run: "pp2" (tests/engine/test_llm_parallel.py,
 # one machine) by default; on request "nodes2" (tests/engine/test_serve_two_nodes.py,
-# two simulated hosts) and "tp2" (one machine, shared-memory all-reduce). With
-# nodes2 in the default suite, 2 of 4 clean-clone runs failed elsewhere under
-# its load (a PP=2 engine core past its exit grace; the SLO scheduler's chunk
-# sizes), 0 of the runs without it.
+# two simulated hosts) and "tp2" (one machine, shared-memory all-reduce).
+# nodes2 was taken out of the default suite when runs with it failed in
+# other engine tests; the same PP=2 exit failure then came without it too,
+# so its cost and effect on the suite are still to be measured (issue #17).
 PARALLEL_LAYOUTS = os.environ.get("TEST_PARALLEL_LAYOUTS", "pp2").split(",")
 
 
