@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -40,6 +41,34 @@ MAX_TOKENS = 32
 PARALLEL_LAYOUTS = os.environ.get("TEST_PARALLEL_LAYOUTS", "pp2").split(",")
 
 
+def child_environ(
+    env: dict[str, str] | None = None, unset: Iterable[str] = ()
+) -> dict[str, str]:
+    """This process's environment for a child: ``unset`` removed, ``env``
+    added."""
+    removed = set(unset)
+    return {
+        **{name: value for name, value in os.environ.items() if name not in removed},
+        **(env or {}),
+    }
+
+
+def short_temporary_directory() -> Path:
+    """A fresh temporary directory for a child's TMPDIR, to see what it
+    leaves there; short, as Unix socket paths below it hold 107 bytes."""
+    return Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))
+
+
+def ipc_files_left(directory: Path) -> list[str]:
+    """What vLLM's processes left in a temporary directory: IPC sockets, or
+    a directory that holds them (patch ipc-socket-directory's vb-ipc-*)."""
+    return sorted(
+        path.name
+        for path in directory.iterdir()
+        if path.is_socket() or "ipc" in path.name
+    )
+
+
 def run_venv_command(
     command: str,
     *args: str,
@@ -49,12 +78,9 @@ def run_venv_command(
 ) -> subprocess.CompletedProcess:
     """Run one of the virtual environment's commands (`vllm`, `vllm-bridge`)
     as a user would, capturing its output."""
-    environment = {**os.environ, **(env or {})}
-    for name in unset:
-        environment.pop(name, None)
     return subprocess.run(
         [str(VENV_BIN / command), *args],
-        env=environment,
+        env=child_environ(env, unset),
         cwd=REPO,
         capture_output=True,
         text=True,

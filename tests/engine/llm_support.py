@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ from typing import Any
 
 from vllm import LLM, SamplingParams
 
-from tests.conftest import MAX_TOKENS, PROMPTS, REPO
+from tests.conftest import MAX_TOKENS, PROMPTS, REPO, child_environ
 
 # `vllm serve`'s scheduler defaults (LLM's are 4096 and 256): they size the
 # compiled graph, so a server started after an LLM with these sizes (same
@@ -75,10 +74,7 @@ def generate_in_subprocess(
             json.dumps(llm_kwargs or {}),
         ],
         cwd=REPO,
-        env={
-            **{k: v for k, v in os.environ.items() if k not in unset},
-            **env,
-        },
+        env=child_environ(env, unset),
         capture_output=True,
         text=True,
         timeout=600,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import openai
 
-from tests.conftest import VENV_BIN
+from tests.conftest import VENV_BIN, child_environ
 
 START_TIMEOUT_S = 600
 
@@ -73,10 +72,7 @@ def start_server(
         stdout=log_file,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        env={
-            **{name: value for name, value in os.environ.items() if name not in unset},
-            **(env or {}),
-        },
+        env=child_environ(env, unset),
     )
     server = Server(process, port, log_path)
     deadline = time.monotonic() + START_TIMEOUT_S

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import shutil
 import signal
-import tempfile
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.conftest import ipc_files_left, short_temporary_directory
 from tests.engine.server_support import InFlightStreams, Server, start_server
 from vllm_bridge.patches.platform.engine_dead_message import ENGINE_DEAD_MESSAGE
 from vllm_bridge.patches.platform.serve_shutdown_status import EXIT_MESSAGE
@@ -55,25 +55,11 @@ def kill_while_streaming(
     return status, exit_s, outcomes, children
 
 
-def left_behind(directory: Path) -> list[str]:
-    """What vLLM's processes left in a temporary directory: IPC sockets or
-    the runtime directory that holds them (patch ipc-socket-directory). (Not
-    checked: the vllm_dist_<uuid> file of the workers' torch.distributed
-    store, which a killed engine core leaves; docs/reliability.md.)"""
-    return sorted(
-        path.name
-        for path in directory.iterdir()
-        if path.is_socket() or path.name.startswith("vb-ipc-")
-    )
-
-
 @pytest.mark.parametrize("victim", sorted(TITLES))
 def test_killed_process_fails_the_requests_and_ends_serve_with_status_1(
     tiny_model: Path, tmp_path: Path, victim: str
 ):
-    # A temporary directory of its own (short: socket paths hold 107
-    # bytes), to see what the crash leaves there.
-    temporary = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))
+    temporary = short_temporary_directory()
     server = start_server(
         tiny_model,
         tmp_path / "serve.log",
@@ -99,8 +85,11 @@ def test_killed_process_fails_the_requests_and_ends_serve_with_status_1(
     # engine core notices its parent's death by polling).
     _, alive = psutil.wait_procs(children, timeout=15)
     assert not alive, [process.pid for process in alive]
-    # the API server removes its runtime directory even after a crash below it
-    left = left_behind(temporary)
+    # the API server removes its runtime directory even after a crash below
+    # it (not checked: the vllm_dist_<uuid> file of the workers'
+    # torch.distributed store, which a killed engine core leaves;
+    # docs/reliability.md)
+    left = ipc_files_left(temporary)
     shutil.rmtree(temporary, ignore_errors=True)
     assert left == []
 

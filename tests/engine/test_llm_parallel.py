@@ -18,13 +18,16 @@ buffers."""
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import PARALLEL_LAYOUTS
+from tests.conftest import (
+    PARALLEL_LAYOUTS,
+    ipc_files_left,
+    short_temporary_directory,
+)
 from tests.engine.llm_support import generate_in_subprocess
 from vllm_bridge.config.parallel_rules import THREADS_BIND_ENV
 from vllm_bridge.device import cpu
@@ -41,9 +44,7 @@ CHOSEN = [layout for layout in PARALLEL_LAYOUTS if layout in LAYOUTS]
 @pytest.fixture(scope="module", params=CHOSEN)
 def run(request: pytest.FixtureRequest, tiny_model: Path) -> Iterator[tuple[str, dict]]:
     layout = request.param
-    # A temporary directory of its own, to see what the script leaves there
-    # (a short path: Unix socket paths hold 107 bytes).
-    temporary = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))
+    temporary = short_temporary_directory()
     # An engine this test process ran earlier (module-scoped LLM fixtures)
     # left its one-worker binding in os.environ; a user starting a fresh
     # process has none.
@@ -54,9 +55,7 @@ def run(request: pytest.FixtureRequest, tiny_model: Path) -> Iterator[tuple[str,
         unset=(THREADS_BIND_ENV, "GOMP_SPINCOUNT", "VLLM_RPC_BASE_PATH"),
         TMPDIR=str(temporary),
     )
-    result["left_in_tmpdir"] = sorted(
-        p.name for p in temporary.iterdir() if p.is_socket() or "ipc" in p.name
-    )
+    result["left_in_tmpdir"] = ipc_files_left(temporary)
     shutil.rmtree(temporary, ignore_errors=True)
     yield layout, result
 

@@ -13,11 +13,9 @@ place in the default suite is still to be measured (issue #17).
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +23,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import PARALLEL_LAYOUTS, PROMPTS, VENV_BIN
+from tests.conftest import (
+    PARALLEL_LAYOUTS,
+    PROMPTS,
+    VENV_BIN,
+    child_environ,
+    short_temporary_directory,
+)
 from tests.engine.server_support import (
     Server,
     assert_greedy_text_is_transformers,
@@ -58,7 +62,7 @@ def nodes(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     # A temporary directory of the nodes' own (short: socket paths hold 107
     # bytes): the leader is killed below, so its runtime directory (patch
     # ipc-socket-directory) is not removed by it.
-    temporary = Path(tempfile.mkdtemp(prefix="t-", dir="/tmp"))
+    temporary = short_temporary_directory()
     common = [
         "--nnodes",
         "2",
@@ -72,9 +76,6 @@ def nodes(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "--dtype",
         "float32",
     ]
-    environ = {
-        name: value for name, value in os.environ.items() if name != RPC_BASE_PATH
-    }
     # A host's worker has its host's cores: here one core each.
     headless = subprocess.Popen(
         [
@@ -89,7 +90,10 @@ def nodes(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         ],
         stdout=(logs / "node1.log").open("w"),
         stderr=subprocess.STDOUT,
-        env={**environ, "VLLM_CPU_OMP_THREADS_BIND": "1", "TMPDIR": str(temporary)},
+        env=child_environ(
+            {"VLLM_CPU_OMP_THREADS_BIND": "1", "TMPDIR": str(temporary)},
+            unset=(RPC_BASE_PATH,),
+        ),
     )
     server = start_server(
         tiny_model,
