@@ -3,6 +3,7 @@ Hugging Face reference tokens it is checked against."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -33,12 +34,10 @@ PROMPTS = [
 MAX_TOKENS = 32
 
 # Parallel layouts the engine tests run: "pp2" (tests/engine/test_llm_parallel.py,
-# one machine) by default; on request "nodes2" (tests/engine/test_serve_two_nodes.py,
-# two simulated hosts) and "tp2" (one machine, shared-memory all-reduce).
-# nodes2 was taken out of the default suite when runs with it failed in
-# other engine tests; the same PP=2 exit failure then came without it too,
-# so its cost and effect on the suite are still to be measured (issue #17).
-PARALLEL_LAYOUTS = os.environ.get("TEST_PARALLEL_LAYOUTS", "pp2").split(",")
+# one machine) and "nodes2" (tests/engine/test_serve_two_nodes.py, two
+# simulated hosts) by default; on request "tp2" (one machine, shared-memory
+# all-reduce), which costs a third two-worker engine.
+PARALLEL_LAYOUTS = os.environ.get("TEST_PARALLEL_LAYOUTS", "pp2,nodes2").split(",")
 
 
 def child_environ(
@@ -67,6 +66,15 @@ def ipc_files_left(directory: Path) -> list[str]:
         for path in directory.iterdir()
         if path.is_socket() or "ipc" in path.name
     )
+
+
+def signal_thread(pid: int, tid: int, signum: int) -> None:
+    """Send ``signum`` to thread ``tid`` of process ``pid`` (tgkill; Python
+    offers it only within its own process), as the kernel may deliver a
+    signal sent to the process."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.tgkill(pid, tid, signum) != 0:
+        raise OSError(ctypes.get_errno(), f"tgkill({pid}, {tid}, {signum}) failed")
 
 
 def run_venv_command(

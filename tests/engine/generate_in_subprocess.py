@@ -9,12 +9,14 @@ torch.distributed in the process that runs it, which would outlive the test
 module; an LLM(...) script's exit is what a user's script does; and the ISA
 switch (VLLM_BRIDGE_ISA) acts only from interpreter start.
 
-    python -m tests.engine.generate_in_subprocess MODEL [DTYPE [eager [KWARGS]]]
+    python -m tests.engine.generate_in_subprocess \
+        MODEL [DTYPE [eager [KWARGS [sigterm-side-thread]]]]
 
 DTYPE defaults to float32 (the reference's); ``auto`` lets vllm-bridge and
 vLLM choose. ``eager`` adds ``enforce_eager=True``; KWARGS, a JSON object,
 more arguments of LLM(...). The result also counts the scheduler's
-preemptions.
+preemptions. ``sigterm-side-thread`` stops the engine core with a SIGTERM
+to one of its threads other than the main one before the script ends.
 """
 
 from __future__ import annotations
@@ -22,13 +24,19 @@ from __future__ import annotations
 import json
 import sys
 
-from tests.engine.llm_support import greedy, kernel_calls, running_llm
+from tests.engine.llm_support import (
+    greedy,
+    kernel_calls,
+    running_llm,
+    sigterm_on_a_side_thread,
+)
 from vllm_bridge.config import audit
 
 if __name__ == "__main__":
     dtype = sys.argv[2] if len(sys.argv) > 2 else "float32"
     eager = sys.argv[3:4] == ["eager"]
     kwargs = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+    side_thread_sigterm = sys.argv[5:6] == ["sigterm-side-thread"]
     with (
         audit.capture() as changes,
         running_llm(
@@ -50,6 +58,7 @@ if __name__ == "__main__":
         executor = (
             llm.llm_engine.vllm_config.parallel_config.distributed_executor_backend
         )
+        stop = sigterm_on_a_side_thread(llm) if side_thread_sigterm else None
     result = {
         "tokens": tokens,
         "report": reports[0],
@@ -57,6 +66,7 @@ if __name__ == "__main__":
         "executor": executor,
         "calls": calls,
         "preemptions": preemptions,
+        "side_thread_sigterm": stop,
         "changes": {
             c.option: [audit.show(c.requested), audit.show(c.applied)] for c in changes
         },

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import gc
 import json
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from multiprocessing import connection
 from pathlib import Path
 from typing import Any
 
 from vllm import LLM, SamplingParams
 
-from tests.conftest import MAX_TOKENS, PROMPTS, REPO, child_environ
+from tests.conftest import MAX_TOKENS, PROMPTS, REPO, child_environ, signal_thread
 
 # `vllm serve`'s scheduler defaults (LLM's are 4096 and 256): they size the
 # compiled graph, so a server started after an LLM with these sizes (same
@@ -53,16 +56,50 @@ def kernel_calls(llm: LLM) -> dict[str, int]:
     return llm.collective_rpc("bridge_stop_op_profile")[0]
 
 
+def side_thread_unblocking(pid: int, signum: int) -> tuple[int, str]:
+    """A thread of process ``pid`` other than its main thread that does not
+    block ``signum``: one the kernel may pick for a signal sent to the
+    process. (id, name)"""
+    bit = 1 << (signum - 1)
+    for task in sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda t: int(t.name)):
+        tid = int(task.name)
+        status = dict(
+            line.split(":\t", 1) for line in (task / "status").read_text().splitlines()
+        )
+        if tid != pid and not int(status["SigBlk"], 16) & bit:
+            return tid, status["Name"].strip()
+    raise AssertionError(f"no thread of {pid} other than its main one takes {signum}")
+
+
+def sigterm_on_a_side_thread(llm: LLM, wait_s: float = 60.0) -> dict[str, Any]:
+    """Send SIGTERM to one of the engine core's threads other than its main
+    thread, as the kernel may do with its client's SIGTERM (the C-level
+    handler then runs there, the Python one waits for the main thread),
+    and wait for the engine core to end. Its thread's name, and seconds to
+    the end or None if it was still running after ``wait_s``."""
+    process = llm.llm_engine.engine_core.resources.engine_manager.processes[0]
+    tid, name = side_thread_unblocking(process.pid, signal.SIGTERM)
+    signal_thread(process.pid, tid, signal.SIGTERM)
+    started = time.monotonic()
+    ended = connection.wait([process.sentinel], timeout=wait_s)
+    seconds = round(time.monotonic() - started, 1) if ended else None
+    return {"thread": name, "stopped_after_s": seconds}
+
+
 def generate_in_subprocess(
     model: Path,
     dtype: str = "float32",
     eager: bool = False,
     llm_kwargs: dict[str, Any] | None = None,
     unset: tuple[str, ...] = (),
+    sigterm_side_thread: bool = False,
     **env: str,
 ) -> dict[str, Any]:
     """tests/engine/generate_in_subprocess.py's result, with ``env`` added,
-    the variables ``unset`` removed, and ``llm_kwargs`` given to LLM(...)."""
+    the variables ``unset`` removed, and ``llm_kwargs`` given to LLM(...).
+    ``sigterm_side_thread``: before the script ends, its engine core gets a
+    SIGTERM on a thread other than its main one (result
+    ``side_thread_sigterm``, see sigterm_on_a_side_thread)."""
     proc = subprocess.run(
         [
             sys.executable,
@@ -72,6 +109,7 @@ def generate_in_subprocess(
             dtype,
             "eager" if eager else "compiled",
             json.dumps(llm_kwargs or {}),
+            *(["sigterm-side-thread"] if sigterm_side_thread else []),
         ],
         cwd=REPO,
         env=child_environ(env, unset),
@@ -87,6 +125,6 @@ def generate_in_subprocess(
     result["log_tail"] = "\n".join(
         line
         for line in (proc.stdout + proc.stderr).splitlines()
-        if "shutdown]" in line or "force" in line or "Parent process" in line
+        if "shutdown]" in line or "force kill" in line or "Parent process" in line
     )
     return result

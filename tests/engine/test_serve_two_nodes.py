@@ -7,8 +7,7 @@ runs in a mount and UTS namespace of its own (`unshare -m -u`: its own
 runs the API server, the engine core and rank 0; node 1 (`--headless`)
 rank 1. Their TP group cannot share memory, so it must fall back to gloo.
 
-Opt-in (TEST_PARALLEL_LAYOUTS=pp2,nodes2): about 40 s of both cores; its
-place in the default suite is still to be measured (issue #17).
+In the default suite; TEST_PARALLEL_LAYOUTS without "nodes2" leaves it out.
 """
 
 from __future__ import annotations
@@ -46,8 +45,7 @@ pytestmark = [
     pytest.mark.engine,
     pytest.mark.skipif(
         "nodes2" not in PARALLEL_LAYOUTS,
-        reason="opt-in: TEST_PARALLEL_LAYOUTS=pp2,nodes2 (about 40 s of both "
-        "cores; issue #17)",
+        reason="TEST_PARALLEL_LAYOUTS leaves out nodes2",
     ),
     pytest.mark.skipif(
         not can_simulate_hosts(),
