@@ -36,12 +36,24 @@ def norm_then_quantize(
     return quantized, scales
 
 
+ZERO_ROW = 5
+
+
 def inputs(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(33, HIDDEN, generator=generator) * 3
-    x[5] = 0  # a row of zeros: scale 0
+    x[ZERO_ROW] = 0  # a row of zeros: scale 0
     weight = torch.rand(HIDDEN, generator=generator) + 0.5
     return x.to(dtype), weight.to(dtype)
+
+
+def with_zero_scale_rows_cleared(
+    quantized: torch.Tensor, scales: torch.Tensor
+) -> torch.Tensor:
+    """The int8 values with every row of scale 0 set to 0: such a row
+    dequantizes to 0 whatever it holds, and vLLM's kernels differ there
+    (its AVX-512 build writes 0, its AVX2 build -128, from 0 times 1/0)."""
+    return torch.where(scales == 0, 0, quantized).to(torch.int8)
 
 
 def compile_and_run(
@@ -73,7 +85,8 @@ def test_the_replacement_computes_what_the_op_computes(dtype):
     expected, expected_scales, _ = ops.onednn_scaled_int8_quant(x, None, None, True)
     quantized, scales = quantize_per_token(torch.empty(0), x, torch.empty(0))
     assert torch.equal(scales, expected_scales)
-    assert torch.equal(quantized, expected)
+    assert scales[ZERO_ROW] == 0 and not quantized[ZERO_ROW].any()
+    assert torch.equal(quantized, with_zero_scale_rows_cleared(expected, scales))
 
 
 def test_the_quantization_op_leaves_the_compiled_graph():
@@ -85,8 +98,8 @@ def test_the_quantization_op_leaves_the_compiled_graph():
     (unfused, unfused_scales), ran_unfused = compile_and_run((), x, weight)
     assert QUANT_OP in ran_unfused
     # float32 activations: the same bits either way
-    assert torch.equal(quantized, unfused)
     assert torch.equal(scales, unfused_scales)
+    assert torch.equal(quantized, with_zero_scale_rows_cleared(unfused, scales))
 
 
 def test_with_bf16_activations_it_quantizes_the_unrounded_norm():
@@ -98,7 +111,8 @@ def test_with_bf16_activations_it_quantizes_the_unrounded_norm():
     (quantized, scales), ran = compile_and_run(PASSES, x, weight)
     (unfused, unfused_scales), _ = compile_and_run((), x, weight)
     assert QUANT_OP not in ran
-    assert (quantized.int() - unfused.int()).abs().max() <= 1
+    unfused_cleared = with_zero_scale_rows_cleared(unfused, unfused_scales)
+    assert (quantized.int() - unfused_cleared.int()).abs().max() <= 1
     exact_x = x.double()
     exact = (
         exact_x * torch.rsqrt(exact_x.pow(2).mean(-1, keepdim=True) + 1e-6)

@@ -44,7 +44,9 @@ PASSES: tuple[FusionPass, ...] = (
             "Each call is replaced by the same arithmetic in aten ops "
             "(scale = max|x| / 127 per token; q = round(x * (1 / scale)), "
             "0 where the scale is 0), the op's results bit for bit on the "
-            "same input, which Inductor then fuses into the kernel that "
+            "same input (but for rows of scale 0, which dequantize to 0: "
+            "vLLM's AVX2 kernel writes -128 there), which Inductor then "
+            "fuses into the kernel that "
             "produces x (there it quantizes x's float32 value before any "
             "bf16 rounding: at most one int8 step apart)."
         ),

@@ -36,7 +36,8 @@ def quantize_per_token(
     """What the op computes (checked bit for bit in
     tests/unit/test_fusion_passes.py): a float32 scale per row, max|x| / 127,
     and x times its reciprocal rounded half to even; a row of zeros gets
-    scale 0 and zeros."""
+    scale 0 and zeros (vLLM's AVX2 kernel writes -128 there, which its
+    scale 0 cancels)."""
     as_float = x.to(torch.float32)
     row_scale = as_float.abs().amax(dim=-1, keepdim=True) / INT8_MAX
     inverse = torch.where(row_scale == 0, 0.0, 1.0 / row_scale)
