@@ -164,3 +164,30 @@ def test_a_ray_other_than_the_extras_pin_is_a_warning(tmp_path: Path, monkeypatc
         finding.detail
     )
     assert finding.fix == "pip install 'vllm-bridge[ray]'"
+
+
+@pytest.mark.parametrize("installed", [False, True])
+def test_tcmalloc_is_optional_with_its_measured_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, installed: bool
+):
+    library = tmp_path / "libtcmalloc_minimal.so.4"
+    if installed:
+        library.touch()
+    monkeypatch.setattr(doctor, "TCMALLOC_PATHS", (str(library),))
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    (finding,) = [f for f in doctor.check_preloads() if f.check == "tcmalloc"]
+    assert finding.level == "info"
+    assert "start-up 1 s shorter" in finding.detail
+    assert "within run-to-run noise" in finding.detail
+    assert finding.fix == (
+        f"LD_PRELOAD={library}"
+        if installed
+        else "apt install libtcmalloc-minimal4, then set LD_PRELOAD to it"
+    )
+    monkeypatch.setenv("LD_PRELOAD", str(library))
+    (preloaded,) = [f for f in doctor.check_preloads() if f.check == "tcmalloc"]
+    assert (preloaded.level, preloaded.detail) == (
+        ("ok", f"{library} is preloaded")
+        if installed
+        else (finding.level, finding.detail)
+    )
