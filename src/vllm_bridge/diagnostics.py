@@ -57,6 +57,9 @@ def worker_report(worker: Any) -> dict[str, Any]:
         "threads_bind_env": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
         "audited_config": audited_values(worker.vllm_config),
         "aot_artifacts_loaded": compilation_counter.num_aot_artifacts_loaded,
+        # vLLM's compile cache of this model (None when eager): inductor's
+        # output code there shows how the graph was compiled
+        "compile_cache_dir": worker.vllm_config.compilation_config.local_cache_dir,
         "isa_class": detect().effective,
         "aten_capability": torch.backends.cpu.get_cpu_capability(),
         "vllm_kernel_libraries": mapped_vllm_kernel_libraries(),

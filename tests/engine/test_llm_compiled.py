@@ -53,6 +53,27 @@ def test_compiled_mode_is_the_cpu_one(llm: LLM):
     assert compilation.backend == "inductor"
 
 
+def test_the_graph_calls_its_kernels_from_cpp(llm: LLM):
+    """Rule inductor_cpp_wrapper: the graph's wrapper in the worker's compile
+    cache (keyed by the config, cpp_wrapper included) is C++ code, and no
+    Python wrapper (inductor's ``def call(self, args)``) was generated."""
+    assert (
+        llm.llm_engine.vllm_config.compilation_config.inductor_compile_config[
+            "cpp_wrapper"
+        ]
+        is True
+    )
+    (report,) = llm.collective_rpc("bridge_report")
+    inductor_cache = Path(report["compile_cache_dir"]) / "inductor_cache"
+    code = {
+        path: path.read_text(errors="replace")
+        for pattern in ("*.py", "*.cpp")
+        for path in inductor_cache.rglob(pattern)
+    }
+    assert any("inductor_entry_impl" in text for text in code.values()), sorted(code)
+    assert not any("def call(" in text for text in code.values())
+
+
 def test_no_fusion_pass_runs_at_defaults(llm: LLM):
     # The one pass measured slower and is off by default (docs/passes.md);
     # what it rewrites is checked on real Inductor compiles in

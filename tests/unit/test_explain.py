@@ -28,6 +28,7 @@ UNSET = (
     "VLLM_BRIDGE_LINEAR_KERNEL",
     "LD_PRELOAD",
     *ISA_CAP_ENV["avx2"],  # set by the ISA switch where this process runs under it
+    "VLLM_USE_LAYERNAME",  # set at this process's start: the command sets its own
 )
 pytestmark = pytest.mark.usefixtures("restore_environ")
 

@@ -363,6 +363,79 @@ def test_lora_runs_eagerly_with_its_reason(tiny_model: Path):
     assert "LoRA" in changes["compilation_config.mode"].reason
 
 
+CPP_WRAPPER_OPTION = "compilation_config.inductor_compile_config.cpp_wrapper"
+
+
+def test_compiled_graph_gets_the_cpp_wrapper_with_its_reason(tiny_model: Path):
+    config, changes = build_recording(tiny_model)
+    assert config.compilation_config.inductor_compile_config["cpp_wrapper"] is True
+    change = changes[CPP_WRAPPER_OPTION]
+    assert (change.requested, change.applied, change.rule) == (
+        None,
+        True,
+        "inductor_cpp_wrapper",
+    )
+    assert "single stream +4-5%" in change.reason
+
+
+@pytest.mark.parametrize("set_here", [True, False])
+def test_plain_layer_names_are_recorded_where_this_process_set_them(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch, set_here: bool
+):
+    """The interpreter-start stage of whichever process started first set
+    VLLM_USE_LAYERNAME (tests/unit/test_plain_layer_names.py); a process
+    that inherited it (an engine core, a pytest-xdist worker) records
+    nothing for it."""
+    from vllm.utils import torch_utils
+
+    from vllm_bridge import startup
+
+    assert os.environ["VLLM_USE_LAYERNAME"] == "0"
+    assert torch_utils.LayerNameType is str
+    monkeypatch.setattr(
+        startup,
+        "layer_name_env_set",
+        {"VLLM_USE_LAYERNAME": "0"} if set_here else {},
+    )
+    _, changes = build_recording(tiny_model)
+    assert CPP_WRAPPER_OPTION in changes
+    if set_here:
+        change = changes["env.VLLM_USE_LAYERNAME"]
+        assert (change.applied, change.rule) == ("0", "inductor_cpp_wrapper")
+        assert "C++ wrapper" in change.reason
+    else:
+        assert "env.VLLM_USE_LAYERNAME" not in changes
+
+
+def test_eager_runs_have_no_cpp_wrapper(tiny_model: Path):
+    config, changes = build_recording(tiny_model, enforce_eager=True)
+    assert "cpp_wrapper" not in config.compilation_config.inductor_compile_config
+    assert CPP_WRAPPER_OPTION not in changes
+
+
+def test_explicit_cpp_wrapper_setting_is_kept(tiny_model: Path):
+    config, changes = build_recording(
+        tiny_model,
+        compilation_config={"inductor_compile_config": {"cpp_wrapper": False}},
+    )
+    assert config.compilation_config.inductor_compile_config["cpp_wrapper"] is False
+    assert CPP_WRAPPER_OPTION not in changes
+
+
+def test_opaque_layer_names_keep_the_python_wrapper(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """VLLM_USE_LAYERNAME=1 takes effect when vLLM imports torch_utils, once
+    per process; the attribute is set here to what that import sets (a
+    fresh interpreter for this one check would cost an import of vLLM)."""
+    from vllm.utils import torch_utils
+
+    monkeypatch.setattr(torch_utils, "LayerNameType", torch_utils.LayerName)
+    config, changes = build_recording(tiny_model)
+    assert "cpp_wrapper" not in config.compilation_config.inductor_compile_config
+    assert CPP_WRAPPER_OPTION not in changes
+
+
 def test_compiled_request_conflicting_with_enforce_eager_is_refused(
     tiny_model: Path, monkeypatch
 ):

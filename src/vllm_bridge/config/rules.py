@@ -57,6 +57,12 @@ SPINCOUNT_ENV = "GOMP_SPINCOUNT"
 # model, compiled: 5,467 tok/s at the default, 11,060-13,472 at 10,000.
 OMP_SPINCOUNT = 10_000
 MiB = 1 << 20
+CPP_WRAPPER = "cpp_wrapper"
+# Measured on 2 cores, 0.5b preset, compiled (docs/benchmarks.md, "Inductor's
+# C++ wrapper"); the first start compiles ~15% longer.
+CPP_WRAPPER_GAIN = (
+    "single stream +4-5% (0.5b preset, 2 cores, run as AVX2; within the noise on AMX)"
+)
 
 logger = get_logger("config")
 
@@ -356,6 +362,55 @@ def shutdown_drain(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change
     ]
 
 
+def inductor_cpp_wrapper(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
+    """Compile the model's graph with inductor's C++ wrapper: the Python
+    function that otherwise calls the graph's ~10 kernels per layer costs
+    the single stream a few ms per token. Runs after vLLM's CPU defaults,
+    which pick the inductor backend for compiled mode."""
+    from vllm.config import CompilationMode
+    from vllm.utils import torch_utils
+
+    from vllm_bridge import startup
+
+    compilation = vllm_config.compilation_config
+    if (
+        compilation.mode != CompilationMode.DYNAMO_TRACE_ONCE
+        or compilation.backend != "inductor"
+        or CPP_WRAPPER in compilation.inductor_compile_config
+        # VLLM_USE_LAYERNAME=1: the wrapper cannot compile the attention op
+        or torch_utils.LayerNameType is not str
+    ):
+        return []
+    # What made the wrapper possible, if this process set it (the engine
+    # core inherits it): recorded with the change it serves.
+    changes = [
+        Change(
+            f"env.{name}",
+            None,
+            value,
+            "set at interpreter start: layer names reach vLLM's attention op "
+            "as plain strings, which inductor's C++ wrapper can pass (not "
+            "vLLM's opaque LayerName); vLLM's CPU path compiles one graph, so "
+            "constant names cost no recompilation",
+            "inductor_cpp_wrapper",
+        )
+        for name, value in startup.layer_name_env_set.items()
+        if os.environ.get(name) == value
+    ]
+    compilation.inductor_compile_config[CPP_WRAPPER] = True
+    changes.append(
+        Change(
+            f"compilation_config.inductor_compile_config.{CPP_WRAPPER}",
+            None,
+            True,
+            "the compiled graph calls its kernels from C++ instead of a Python "
+            f"function: {CPP_WRAPPER_GAIN}",
+            "inductor_cpp_wrapper",
+        )
+    )
+    return changes
+
+
 def isa_switch(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
     """Record the ATen/oneDNN/MKL caps the interpreter-start stage set for
     VLLM_BRIDGE_ISA (in the engine core they are inherited, not set)."""
@@ -426,6 +481,7 @@ BEFORE_BUILTIN = (
 )
 AFTER_BUILTIN = (
     Rule("isa_switch", isa_switch),
+    Rule("inductor_cpp_wrapper", inductor_cpp_wrapper),
     Rule("linear_kernel", linear_kernel),
     Rule("quantization_kernels", quantization_kernels),
     Rule("memory_preflight", memory_preflight),
