@@ -27,6 +27,7 @@ import sys
 from tests.engine.llm_support import (
     greedy,
     kernel_calls,
+    print_result,
     running_llm,
     sigterm_on_a_side_thread,
 )
@@ -71,4 +72,4 @@ if __name__ == "__main__":
             c.option: [audit.show(c.requested), audit.show(c.applied)] for c in changes
         },
     }
-    print("RESULT " + json.dumps(result))
+    print_result(result)

@@ -86,6 +86,15 @@ def sigterm_on_a_side_thread(llm: LLM, wait_s: float = 60.0) -> dict[str, Any]:
     return {"thread": name, "stopped_after_s": seconds}
 
 
+def print_result(result: dict[str, Any]) -> None:
+    """A child script's result line for its parent, in one write: print()
+    writes the text and its newline separately, and vLLM's shutdown, logging
+    to stdout from another thread, once landed between the two (a PP=2
+    script's RESULT line ended in "... engine manager stopped")."""
+    sys.stdout.write("RESULT " + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
 def generate_in_subprocess(
     model: Path,
     dtype: str = "float32",

@@ -16,13 +16,12 @@ engine's own add_request/step.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 
 from vllm import SamplingParams
 
 from tests.conftest import MAX_TOKENS, PROMPTS
-from tests.engine.llm_support import running_llm
+from tests.engine.llm_support import print_result, running_llm
 
 # Steps the first prompt runs alone: its prefill, then decode steps, so the
 # scheduler has measured both kinds before the others arrive.
@@ -64,4 +63,4 @@ if __name__ == "__main__":
                 for shape, _ in scheduler.cost_model.recorded()
             ],
         }
-    print("RESULT " + json.dumps(result))
+    print_result(result)
