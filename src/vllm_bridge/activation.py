@@ -17,6 +17,7 @@ from vllm_bridge import envs
 from vllm_bridge.compat import VLLM_DISTRIBUTION
 from vllm_bridge.errors import BridgeConfigError
 from vllm_bridge.log import get_logger
+from vllm_bridge.startup import bridge_disabled
 
 PLATFORM_MODULE = "vllm_bridge.platform"
 PLATFORM_QUALNAME = f"{PLATFORM_MODULE}.BridgePlatform"
@@ -32,19 +33,10 @@ def cpu_build_installed() -> bool:
     return True
 
 
-def _disabled() -> bool:
-    try:
-        return envs.DISABLE.get()
-    except BridgeConfigError:
-        # Unreadable: stay active, so that building the config stops with
-        # the error instead of vLLM silently running its built-in platform.
-        return False
-
-
 @cache
 def platform_qualname() -> str | None:
     try:
-        if _disabled():
+        if bridge_disabled():
             logger.info("vllm-bridge is disabled by %s.", envs.DISABLE.name)
             return None
         if not cpu_build_installed():

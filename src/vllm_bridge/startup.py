@@ -169,10 +169,11 @@ def set_isa_caps() -> None:
             isa_cap_env_set[name] = value
 
 
-def _bridge_disabled() -> bool:
+def bridge_disabled() -> bool:
     """VLLM_BRIDGE_DISABLE, read only when set (importing the settings
-    module costs every interpreter start ~8 ms); an unreadable value keeps
-    vllm-bridge active, as activation.py does."""
+    module costs every interpreter start ~8 ms). An unreadable value keeps
+    vllm-bridge active, so that building the config stops with the error
+    instead of vLLM silently running its built-in platform."""
     if DISABLE_VARIABLE not in os.environ:
         return False
     from vllm_bridge import envs
@@ -186,7 +187,7 @@ def _bridge_disabled() -> bool:
 
 def set_plain_layer_names() -> None:
     """VLLM_USE_LAYERNAME=0 unless set, while vllm-bridge is active."""
-    if LAYER_NAME_VARIABLE in os.environ or _bridge_disabled():
+    if LAYER_NAME_VARIABLE in os.environ or bridge_disabled():
         return
     os.environ[LAYER_NAME_VARIABLE] = PLAIN_LAYER_NAMES
     layer_name_env_set[LAYER_NAME_VARIABLE] = PLAIN_LAYER_NAMES

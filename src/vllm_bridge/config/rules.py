@@ -362,6 +362,19 @@ def shutdown_drain(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change
     ]
 
 
+def startup_env_changes(
+    env_set: dict[str, str], reason: str, rule: str
+) -> list[Change]:
+    """The variables this process's interpreter-start stage set (the user
+    had not) and that still hold that value, as changes of ``rule``; a
+    process that inherited them (the engine core) records none."""
+    return [
+        Change(f"env.{name}", None, value, reason, rule)
+        for name, value in env_set.items()
+        if os.environ.get(name) == value
+    ]
+
+
 def inductor_cpp_wrapper(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
     """Compile the model's graph with inductor's C++ wrapper: the Python
     function that otherwise calls the graph's ~10 kernels per layer cost
@@ -383,20 +396,14 @@ def inductor_cpp_wrapper(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[
         return []
     # What made the wrapper possible, if this process set it (the engine
     # core inherits it): recorded with the change it serves.
-    changes = [
-        Change(
-            f"env.{name}",
-            None,
-            value,
-            "set at interpreter start: layer names reach vLLM's attention op "
-            "as plain strings, which inductor's C++ wrapper can pass (not "
-            "vLLM's opaque LayerName); vLLM's CPU path compiles one graph, so "
-            "constant names cost no recompilation",
-            "inductor_cpp_wrapper",
-        )
-        for name, value in startup.layer_name_env_set.items()
-        if os.environ.get(name) == value
-    ]
+    changes = startup_env_changes(
+        startup.layer_name_env_set,
+        "set at interpreter start: layer names reach vLLM's attention op as "
+        "plain strings, which inductor's C++ wrapper can pass (not vLLM's "
+        "opaque LayerName); vLLM's CPU path compiles one graph, so constant "
+        "names cost no recompilation",
+        "inductor_cpp_wrapper",
+    )
     compilation.inductor_compile_config[CPP_WRAPPER] = True
     changes.append(
         Change(
@@ -420,19 +427,13 @@ def isa_switch(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
     cpu_isa = detect()
     if not cpu_isa.switched:
         return []
-    return [
-        Change(
-            f"env.{name}",
-            None,
-            value,
-            f"{envs.ISA.name}={cpu_isa.effective}: runs as on a CPU of class "
-            f"{cpu_isa.effective} (this one is {cpu_isa.native}); vLLM loads "
-            f"{cpu_isa.traits.vllm_kernel_library} and its kernels for that class",
-            "isa_switch",
-        )
-        for name, value in startup.isa_cap_env_set.items()
-        if os.environ.get(name) == value
-    ]
+    return startup_env_changes(
+        startup.isa_cap_env_set,
+        f"{envs.ISA.name}={cpu_isa.effective}: runs as on a CPU of class "
+        f"{cpu_isa.effective} (this one is {cpu_isa.native}); vLLM loads "
+        f"{cpu_isa.traits.vllm_kernel_library} and its kernels for that class",
+        "isa_switch",
+    )
 
 
 def linear_kernel(vllm_config: VllmConfig, bridge: BridgeConfig) -> list[Change]:
