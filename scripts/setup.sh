@@ -95,10 +95,12 @@ for extra in "$@"; do
     fi
 done
 
-# vllm-bridge's C++ kernels (x86-64 with AVX2), built into vLLM's cache
-# directory ($VLLM_CACHE_ROOT, default ~/.cache/vllm) once per source and
-# torch version; elsewhere nothing is built. A worker that finds them
-# missing builds them itself.
-if "$PY" -c "import sys; from vllm_bridge.device.isa import cpu_flags; sys.exit(not {'avx2', 'fma'} <= cpu_flags())"; then
-    "$PY" -m vllm_bridge.ops.native >/dev/null
-fi
+# vllm-bridge's C++ libraries, built into vLLM's cache directory
+# ($VLLM_CACHE_ROOT, default ~/.cache/vllm) once per source and torch
+# version: the attention call on every CPU, the linear kernels on x86-64 with
+# AVX2 (elsewhere not built). Each build is one compiler process, so the two
+# run side by side. A worker that finds one missing builds it itself.
+"$PY" -m vllm_bridge.ops.native attention-call >/dev/null &
+attention_build=$!
+"$PY" -m vllm_bridge.ops.native kernels >/dev/null
+wait "$attention_build"

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from vllm_bridge.attention import direct_call
 from vllm_bridge.config.reconcile import audited_values
 from vllm_bridge.device.cpu import numa_node_of
 from vllm_bridge.device.isa import detect
@@ -68,6 +69,7 @@ def worker_report(worker: Any) -> dict[str, Any]:
         "model_load_resident_bytes": getattr(worker, "model_load_resident_bytes", None),
         "attention_backends": attention_backends(worker),
         "fusion_passes": fusion_manager.report(),
+        "attention_direct": direct_call.report(),
         **_int8_layers(worker),
         **_kv_cache_memory(worker),
         **_parallel(worker),

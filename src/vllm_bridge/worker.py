@@ -10,6 +10,7 @@ import torch
 from vllm.v1.worker.cpu_worker import CPUWorker
 
 from vllm_bridge import diagnostics
+from vllm_bridge.attention.direct_call import bind_around_forward
 from vllm_bridge.config.parallel_rules import (
     THREADS_BIND_ENV,
     id_ranges,
@@ -29,6 +30,8 @@ from vllm_bridge.ops.activation import register as register_custom_ops
 from vllm_bridge.patches.catalogue import REGISTRY
 
 logger = get_logger("worker")
+
+ATTENTION_DIRECT = "attention-direct"
 
 
 def _local_rank_and_config(
@@ -105,7 +108,7 @@ class BridgeWorker(CPUWorker):
         register_custom_ops()
         super().__init__(*args, **kwargs)
         # Before load_model, where the model's torch.compile reads its options.
-        fusion_manager.install(vllm_config.compilation_config)
+        self.fusion_passes = fusion_manager.install(vllm_config.compilation_config)
         logger.info(
             "vllm-bridge worker ready (AMX tile permission: %s).",
             self.amx_permitted_at_init,
@@ -123,6 +126,13 @@ class BridgeWorker(CPUWorker):
         before = diagnostics.resident_set_bytes()
         super().load_model(*args, **kwargs)
         release_free_heap()
+        # The model runner (made in init_device) runs each step's forward in
+        # _model_forward; vLLM's second-generation runner has none, and
+        # there every call keeps vLLM's op.
+        if ATTENTION_DIRECT in self.fusion_passes and hasattr(
+            self.model_runner, "_model_forward"
+        ):
+            bind_around_forward(self.model_runner)
         self.model_load_resident_bytes = diagnostics.resident_set_bytes() - before
 
     # Reachable with LLM.collective_rpc("<name>"), without enabling vLLM's

@@ -74,16 +74,14 @@ def test_the_graph_calls_its_kernels_from_cpp(llm: LLM):
     assert not any("def call(" in text for text in code.values())
 
 
-def test_no_fusion_pass_runs_at_defaults(llm: LLM):
-    # The one pass measured slower and is off by default (docs/passes.md);
-    # what it rewrites is checked on real Inductor compiles in
-    # tests/unit/test_fusion_passes.py.
+def test_the_attention_pass_is_the_one_pass_at_defaults(llm: LLM):
+    # The int8 pass measured slower and is off by default (docs/passes.md);
+    # what the passes rewrite is checked on real graphs in
+    # tests/unit/test_fusion_passes.py, what the attention pass's op runs in
+    # test_attention_runs_from_the_graph_without_python below.
     (report,) = llm.collective_rpc("bridge_report")
-    assert report["fusion_passes"] == {
-        "enabled": [],
-        "installed": False,
-        "rewrites": {},
-    }
+    assert report["fusion_passes"]["enabled"] == ["attention-direct"]
+    assert report["fusion_passes"]["installed"] == ["attention-direct"]
 
 
 def test_worker_runs_bridge_platform_and_worker(llm: LLM):
@@ -158,21 +156,26 @@ def test_hot_paths_run_vllm_cpu_kernels(calls: dict[str, int]):
     assert calls.get("## Call CompiledFxGraph None ##", 0) > 0
 
 
-def test_attention_writes_the_kv_cache_in_its_own_call(llm: LLM, calls: dict[str, int]):
-    # vllm-bridge's attention backend: one custom op per layer and step,
-    # where vLLM's CPU backend runs a second one for the KV write
+def test_attention_runs_from_the_graph_without_python(llm: LLM, calls: dict[str, int]):
+    # vllm-bridge's attention backend: the KV write inside the attention
+    # call, where vLLM's CPU backend makes a second one; and the pass
+    # attention-direct: that call is vllm-bridge's C++ op, which calls the
+    # two kernels itself, not vLLM's Python op (left to dummy runs).
     (report,) = llm.collective_rpc("bridge_report")
     layers = llm.llm_engine.vllm_config.model_config.get_num_layers(
         llm.llm_engine.vllm_config.parallel_config
     )
     assert report["attention_backends"] == {BRIDGE_CPU_BACKEND: layers}
     assert "vllm::unified_kv_cache_update" not in calls
-    assert calls["vllm::unified_attention_with_output"] > 0
+    assert "vllm::unified_attention_with_output" not in calls
+    assert calls["vllm_bridge_attn::attend"] > 0
     assert (
         calls["_C::cpu_attn_reshape_and_cache"]
         == calls["_C::cpu_attention_with_kv_cache"]
-        == calls["vllm::unified_attention_with_output"]
+        == calls["vllm_bridge_attn::attend"]
     )
+    # every layer bound; between steps no metadata stays bound
+    assert report["attention_direct"] == {"layers": layers, "with_step": 0}
 
 
 def test_every_patch_is_settled_in_main_and_worker(llm: LLM):

@@ -32,7 +32,8 @@ def test_worker_is_in_this_process_and_bridged(result: dict):
 
 
 def test_eager_mode_gets_no_fusion_passes(result: dict):
-    assert result["report"]["fusion_passes"]["installed"] is False
+    assert result["report"]["fusion_passes"]["installed"] == []
+    assert result["report"]["attention_direct"] is None
     assert result["report"]["fusion_passes"]["rewrites"] == {}
 
 

@@ -167,3 +167,154 @@ def test_one_call_leaves_what_vllms_two_calls_leave(tiny_model: Path, dtype):
         assert torch.equal(caches[0], caches[1])
         assert torch.equal(outputs[0], outputs[1])
         assert outputs[1].abs().sum() > 0
+
+
+LAYER = "model.layers.0.self_attn.attn"
+
+
+def attention_layer(impl: object, kv_cache: torch.Tensor, isa: str) -> SimpleNamespace:
+    """An attention layer as the forward context holds it: its backend impl,
+    KV cache, kernel ISA and KV scales (a real Attention layer needs a model
+    around it)."""
+    return SimpleNamespace(
+        impl=impl, kv_cache=kv_cache, isa=isa, _k_scale_float=1.0, _v_scale_float=1.0
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_cpp_call_leaves_what_vllms_two_calls_leave(tiny_model: Path, dtype):
+    """The fusion pass attention-direct's op, bound as the worker binds it,
+    against vLLM's backend on the same steps (a prefill, then a decode step
+    with two padding tokens after the real ones)."""
+    from vllm_bridge.attention import direct_call
+    from vllm_bridge.attention.cpu_backend import BridgeCpuAttentionImpl
+
+    assert direct_call.available()
+    isa = _get_attn_isa(dtype, BLOCK, HEAD_SIZE, "auto")
+    request_amx_permission()
+    with set_current_vllm_config(build(tiny_model)):
+        vllm_impl, bridge_impl = (
+            cls(HEADS, HEAD_SIZE, HEAD_SIZE**-0.5, KV_HEADS, None, None, "auto")
+            for cls in (CPUAttentionBackendImpl, BridgeCpuAttentionImpl)
+        )
+    caches = [torch.zeros(2, KV_HEADS, BLOCK, 2 * HEAD_SIZE, dtype=dtype) for _ in "ab"]
+    vllm_layer = attention_layer(vllm_impl, caches[0], isa)
+    binding = direct_call.StepBinding()
+    context = SimpleNamespace(
+        no_compile_layers={LAYER: attention_layer(bridge_impl, caches[1], isa)}
+    )
+    generator = torch.Generator().manual_seed(0)
+    for seq_lens, query_lens, padding in (([5, 3], [5, 3], 0), ([6, 4], [1, 1], 2)):
+        tokens = sum(query_lens)
+        q, k, v = (
+            torch.randn(tokens + padding, heads, HEAD_SIZE, generator=generator).to(
+                dtype
+            )
+            for heads in (HEADS, KV_HEADS, KV_HEADS)
+        )
+        step = metadata(seq_lens, query_lens, dtype, isa)
+        outputs = [
+            torch.zeros(tokens + padding, HEADS, HEAD_SIZE, dtype=dtype) for _ in "ab"
+        ]
+        vllm_impl.do_kv_cache_update(
+            vllm_layer, k[:tokens], v[:tokens], caches[0], step.slot_mapping
+        )
+        vllm_impl.forward(vllm_layer, q, k, v, caches[0], step, outputs[0])
+        context.attn_metadata = {LAYER: step}
+        assert binding.bind(context)
+        torch.ops.vllm_bridge_attn.attend(q, k, v, outputs[1], LAYER)
+        binding.unbind()
+        assert torch.equal(caches[0], caches[1])
+        assert torch.equal(outputs[0], outputs[1])
+        assert outputs[1][:tokens].abs().sum() > 0
+
+
+def test_a_layer_the_cpp_call_cannot_run_is_left_to_vllm(tiny_model: Path):
+    from vllm_bridge.attention import direct_call
+    from vllm_bridge.attention.cpu_backend import BridgeCpuAttentionImpl
+
+    isa = _get_attn_isa(torch.float32, BLOCK, HEAD_SIZE, "auto")
+    cache = torch.zeros(2, KV_HEADS, BLOCK, 2 * HEAD_SIZE)
+    with set_current_vllm_config(build(tiny_model)):
+        vllm_impl, bridge_impl, fp8_impl = (
+            cls(HEADS, HEAD_SIZE, HEAD_SIZE**-0.5, KV_HEADS, None, None, dtype)
+            for cls, dtype in (
+                (CPUAttentionBackendImpl, "auto"),
+                (BridgeCpuAttentionImpl, "auto"),
+                (BridgeCpuAttentionImpl, "fp8_e4m3"),
+            )
+        )
+    assert direct_call._layer_binding(LAYER, attention_layer(bridge_impl, cache, isa))
+    # vLLM's backend (another layer type), a quantized KV cache (its scales
+    # may change after the first steps), no KV cache yet
+    assert (
+        direct_call._layer_binding(LAYER, attention_layer(vllm_impl, cache, isa))
+        is None
+    )
+    assert (
+        direct_call._layer_binding(LAYER, attention_layer(fp8_impl, cache, isa)) is None
+    )
+    no_cache = attention_layer(bridge_impl, torch.tensor([]), isa)
+    assert direct_call._layer_binding(LAYER, no_cache) is None
+
+
+def test_after_a_forward_every_call_goes_to_vllms_op_again(tiny_model: Path):
+    """The worker binds the step around the model runner's forward only: a
+    later call with no step bound (vLLM's dummy runs call the model
+    directly) must not read the finished step's metadata, and goes to
+    vLLM's op, which finds the forward context's metadata (None there)."""
+    from vllm.forward_context import set_forward_context
+
+    from vllm_bridge.attention import direct_call
+    from vllm_bridge.attention.cpu_backend import BridgeCpuAttentionImpl
+
+    class RecordingImpl(BridgeCpuAttentionImpl):
+        """Records the metadata of the calls vLLM's op makes."""
+
+        def forward(self, layer, query, key, value, kv_cache, attn_metadata, **rest):
+            self.received.append(attn_metadata)
+            return super().forward(
+                layer, query, key, value, kv_cache, attn_metadata, **rest
+            )
+
+    dtype = torch.float32
+    isa = _get_attn_isa(dtype, BLOCK, HEAD_SIZE, "auto")
+    config = build(tiny_model, dtype="float32")
+    with set_current_vllm_config(config):
+        impl = RecordingImpl(
+            HEADS, HEAD_SIZE, HEAD_SIZE**-0.5, KV_HEADS, None, None, "auto"
+        )
+    impl.received = []
+    cache = torch.zeros(2, KV_HEADS, BLOCK, 2 * HEAD_SIZE, dtype=dtype)
+    config.compilation_config.static_forward_context[LAYER] = attention_layer(
+        impl, cache, isa
+    )
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (
+        torch.randn(8, heads, HEAD_SIZE, generator=generator)
+        for heads in (HEADS, KV_HEADS, KV_HEADS)
+    )
+    output = torch.zeros(8, HEADS, HEAD_SIZE)
+
+    def model_forward() -> None:
+        torch.ops.vllm_bridge_attn.attend(q, k, v, output, LAYER)
+
+    # Stand-in for vLLM's model runner, whose real one runs in the engine
+    # tests (tests/engine/test_llm_compiled.py): only its _model_forward is
+    # wrapped.
+    runner = SimpleNamespace(_model_forward=model_forward)
+    direct_call.bind_around_forward(runner)
+    step = metadata([8], [8], dtype, isa)
+    with set_forward_context({LAYER: step}, config, slot_mapping={}):
+        runner._model_forward()
+    assert impl.received == []  # the C++ call ran the kernels itself
+    assert output.abs().sum() > 0
+    # the layer stays bound (until its KV cache changes), the step not
+    assert direct_call.report()["with_step"] == 0
+
+    written = cache.clone()
+    output.zero_()
+    with set_forward_context(None, config, slot_mapping={}):
+        model_forward()
+    assert impl.received == [None]
+    assert not output.any() and torch.equal(cache, written)

@@ -39,7 +39,7 @@ def _mask(stdout: str) -> str:
         lines.append(line)
     text = "\n".join(lines) + "\n"
     text = re.sub(r"on a CPU of class \w+", "on a CPU of class <NATIVE>", text)
-    return text.replace(str(native.build_directory()), "<KERNEL_DIRECTORY>")
+    return text.replace(str(native.KERNELS.build_directory()), "<KERNEL_DIRECTORY>")
 
 
 @pytest.mark.skipif(not AVX2_MACHINE, reason="the ISA switch needs x86-64 with AVX2")

@@ -4,6 +4,7 @@ vLLM's CPU platform sets; and the manager's place in a real VllmConfig."""
 
 from __future__ import annotations
 
+import operator
 from pathlib import Path
 
 import pytest
@@ -128,8 +129,9 @@ def test_only_passes_that_help_run_by_default(monkeypatch):
     monkeypatch.delenv(envs.ENABLE_PASSES.name, raising=False)
     monkeypatch.delenv(envs.DISABLE_PASSES.name, raising=False)
     assert manager.enabled_passes() == tuple(p for p in PASSES if p.on_by_default)
+    assert [p.name for p in manager.enabled_passes()] == ["attention-direct"]
     monkeypatch.setenv(envs.ENABLE_PASSES.name, "int8-quant-inline")
-    assert [p.name for p in manager.enabled_passes()] == ["int8-quant-inline"]
+    assert [p.name for p in manager.enabled_passes()] == list(NAMES)
     monkeypatch.setenv(envs.ENABLE_PASSES.name, "all")
     assert manager.enabled_passes() == PASSES
 
@@ -137,7 +139,7 @@ def test_only_passes_that_help_run_by_default(monkeypatch):
 def test_disable_wins_and_leaves_the_op_in_the_graph(monkeypatch):
     monkeypatch.setenv(envs.ENABLE_PASSES.name, "all")
     monkeypatch.setenv(envs.DISABLE_PASSES.name, "int8-quant-inline")
-    assert manager.enabled_passes() == ()
+    assert [p.name for p in manager.enabled_passes()] == ["attention-direct"]
     _, ran = compile_and_run(manager.enabled_passes(), *inputs(torch.float32))
     assert QUANT_OP in ran
 
@@ -165,7 +167,10 @@ def test_the_compile_cache_key_names_the_passes_that_run(monkeypatch):
     monkeypatch.delenv(envs.ENABLE_PASSES.name, raising=False)
     default = bridge_factors()
     monkeypatch.setenv(envs.ENABLE_PASSES.name, "int8-quant-inline")
-    assert "vllm-bridge fusion passes int8-quant-inline" in bridge_factors()
+    assert (
+        "vllm-bridge fusion passes int8-quant-inline,attention-direct"
+        in bridge_factors()
+    )
     assert bridge_factors() != default
 
 
@@ -190,6 +195,100 @@ def test_not_installed_when_no_pass_runs(tiny_model: Path, monkeypatch):
     monkeypatch.setenv(envs.DISABLE_PASSES.name, "all")
     compiled = config_support.build(tiny_model, dtype="float32")
     assert not manager.install(compiled.compilation_config)
+    options = compiled.compilation_config.inductor_compile_config
+    assert manager.INDUCTOR_OPTION not in options
+
+
+LAYER = "model.layers.0.self_attn.attn"
+
+
+def attention_call(
+    layer_name: object = LAYER, fused_output_quantization: bool = False
+) -> tuple[torch.fx.Graph, torch.fx.Node]:
+    """A post-grad graph's attention call, as Inductor hands it to the pass
+    (vLLM's op, functionalized: it writes into ``output``)."""
+    # registers vLLM's attention op, as loading a model does
+    import vllm.model_executor.layers.attention.attention  # noqa: F401
+    from torch._higher_order_ops.auto_functionalize import auto_functionalized
+
+    graph = torch.fx.Graph()
+    query, key, value, output, scale = (
+        graph.placeholder(name) for name in ("query", "key", "value", "output", "scale")
+    )
+    layer = graph.placeholder("layer") if layer_name is None else layer_name
+    call = graph.call_function(
+        auto_functionalized,
+        (torch.ops.vllm.unified_attention_with_output.default,),
+        {
+            "query": query,
+            "key": key,
+            "value": value,
+            "output": output,
+            "layer_name": layer,
+            "output_scale": scale if fused_output_quantization else None,
+            "output_block_scale": None,
+            "kv_cache_dummy_dep": None,
+        },
+    )
+    graph.output(graph.call_function(operator.getitem, (call, 1)))
+    return graph, call
+
+
+def test_attention_direct_points_the_call_at_the_cpp_op():
+    from vllm_bridge.attention import direct_call
+    from vllm_bridge.fusion import attention_direct
+
+    assert direct_call.available(), "the C++ op builds on every CPU with g++"
+    graph, call = attention_call()
+    arguments = dict(call.kwargs)
+    assert attention_direct.rewrite(graph) == 1
+    assert call.args == (torch.ops.vllm_bridge_attn.attend.default,)
+    # same arguments, same mutated output read by the same getitem
+    assert call.kwargs == arguments
+    graph.lint()
+    assert str(torch.ops.vllm_bridge_attn.attend.default._schema).split("(", 1)[1] == (
+        str(torch.ops.vllm.unified_attention_with_output.default._schema)
+        .split("(", 1)[1]
+        .replace("a3!", "a!")
+        .replace("a6!", "b!")
+    )
+
+
+@pytest.mark.parametrize(
+    ("layer_name", "fused_output_quantization"),
+    [
+        # VLLM_USE_LAYERNAME=1: vLLM's opaque LayerName, lifted as a graph
+        # input; the C++ op takes a str
+        (None, False),
+        # an output quantized in the attention call: vLLM's op refuses it
+        # by name on the CPU, and so it stays
+        (LAYER, True),
+    ],
+)
+def test_attention_direct_leaves_calls_the_cpp_op_does_not_take(
+    layer_name, fused_output_quantization
+):
+    from vllm_bridge.fusion import attention_direct
+
+    graph, call = attention_call(layer_name, fused_output_quantization)
+    assert attention_direct.rewrite(graph) == 0
+    assert call.args == (torch.ops.vllm.unified_attention_with_output.default,)
+
+
+def test_a_pass_that_cannot_run_here_is_neither_installed_nor_in_the_key(
+    tiny_model: Path, monkeypatch
+):
+    from vllm_bridge.attention import direct_call
+
+    monkeypatch.delenv(envs.ENABLE_PASSES.name, raising=False)
+    monkeypatch.delenv(envs.DISABLE_PASSES.name, raising=False)
+    assert "vllm-bridge fusion passes attention-direct" in bridge_factors()
+    # Mocked: the C++ op builds here; a machine without a compiler cannot be
+    # made in the test.
+    monkeypatch.setattr(direct_call, "available", lambda: False)
+    assert "vllm-bridge fusion passes " in bridge_factors()
+    compiled = config_support.build(tiny_model, dtype="float32")
+    assert manager.install(compiled.compilation_config) == ()
     options = compiled.compilation_config.inductor_compile_config
     assert manager.INDUCTOR_OPTION not in options
 

@@ -140,7 +140,7 @@ BAD_INPUTS = [
         [
             "VLLM_BRIDGE_DISABLE_PASSES='int8-quant' is invalid",
             "unknown fusion pass(es) int8-quant",
-            "known passes: int8-quant-inline, or all",
+            "known passes: int8-quant-inline, attention-direct, or all",
         ],
     ),
     (

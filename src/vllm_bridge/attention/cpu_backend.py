@@ -57,6 +57,15 @@ class BridgeCpuAttentionImpl(CPUAttentionBackendImpl):
             self._cache = kv_cache
         return self._key_cache, self._value_cache
 
+    def prepare_sinks(self) -> None:
+        """The kernel runs sinks in bf16 or float32 only: others become
+        float32, as in vLLM's forward (after the weights are loaded)."""
+        if self.sinks is not None and self.sinks.dtype not in (
+            torch.bfloat16,
+            torch.float32,
+        ):
+            self.sinks = self.sinks.to(torch.float32)
+
     def forward(
         self,
         layer: AttentionLayer,
@@ -109,12 +118,7 @@ class BridgeCpuAttentionImpl(CPUAttentionBackendImpl):
                 v_scale,
                 self.kv_cache_dtype,
             )
-        if self.sinks is not None and self.sinks.dtype not in (
-            torch.bfloat16,
-            torch.float32,
-        ):
-            # the kernel runs sinks in bf16 or float32 only (as vLLM's forward)
-            self.sinks = self.sinks.to(torch.float32)
+        self.prepare_sinks()
         _attend(
             query[:tokens],
             key_cache,

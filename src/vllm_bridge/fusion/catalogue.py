@@ -21,6 +21,9 @@ class FusionPass:
     on_by_default: bool
     """Only a pass that measurably helps is on by default; the others run
     where VLLM_BRIDGE_ENABLE_PASSES names them."""
+    requires: str | None = None
+    """``module:function`` returning whether the pass can run in this
+    process (e.g. a C++ op it puts in the graph is loaded); None: always."""
 
 
 PASSES: tuple[FusionPass, ...] = (
@@ -61,6 +64,43 @@ PASSES: tuple[FusionPass, ...] = (
             "512 rows)."
         ),
         on_by_default=False,
+    ),
+    FusionPass(
+        name="attention-direct",
+        rewrite="vllm_bridge.fusion.attention_direct:rewrite",
+        applies_to=(
+            "every decoder attention layer on vllm-bridge's CPU backend "
+            "(vLLM's vllm::unified_attention_with_output), with an "
+            "unquantized KV cache"
+        ),
+        why=(
+            "vLLM calls attention through a Python custom op: per layer "
+            "and step the compiled graph goes through the dispatcher into "
+            "Python, which looks up the forward context, the layer and its "
+            "metadata, slices the inputs and calls two C++ kernels. In a "
+            "decode step the weights stream through the caches between two "
+            "such calls, so that Python runs cold: 80-100 us per layer "
+            "around kernels of a few us."
+        ),
+        how=(
+            "The call goes to vllm_bridge_attn::attend (C++, same "
+            "arguments), which calls vLLM's two kernels for the layer with "
+            "what the worker bound in Python: each layer's cache views and "
+            "constants once per KV cache, the step's metadata once per "
+            "forward (cleared after it). Calls without a binding (vLLM's "
+            "dummy runs, layers of another backend, quantized KV caches) go "
+            "to vLLM's op unchanged."
+        ),
+        effect=(
+            "0.5b preset, compiled, 3 alternating rounds on a 2-core AMX "
+            "Xeon: 1.08x single stream and 1.02x with 32 concurrent "
+            "requests natively, 1.08x and 1.05x run as AVX2, same tokens "
+            "(docs/benchmarks.md, 'Attention without Python'); under the "
+            "profiler the attention call's own time per decode step fell "
+            "from 2.8 ms to 0.2 ms."
+        ),
+        on_by_default=True,
+        requires="vllm_bridge.attention.direct_call:available",
     ),
 )
 

@@ -30,13 +30,21 @@ INDUCTOR_OPTION = "post_grad_custom_post_pass"
 
 rewrites: dict[str, int] = {}
 """Places each pass rewrote in this process, over every compiled graph."""
-installed = False
-"""Whether this process gave Inductor the pass manager."""
+installed: tuple[str, ...] = ()
+"""The passes this process gave Inductor."""
+
+
+def _function(path: str) -> Any:
+    module, _, function = path.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def _rewrite_function(fusion_pass: FusionPass) -> Any:
-    module, _, function = fusion_pass.rewrite.partition(":")
-    return getattr(importlib.import_module(module), function)
+    return _function(fusion_pass.rewrite)
+
+
+def _can_run(fusion_pass: FusionPass) -> bool:
+    return fusion_pass.requires is None or bool(_function(fusion_pass.requires)())
 
 
 class BridgePassManager(CustomGraphPass):
@@ -66,31 +74,38 @@ def enabled_passes() -> tuple[FusionPass, ...]:
     return enabled(envs.ENABLE_PASSES.get(), envs.DISABLE_PASSES.get())
 
 
-def install(compilation_config: Any) -> bool:
+def runnable_passes() -> tuple[FusionPass, ...]:
+    """The enabled passes that can run in this process."""
+    return tuple(p for p in enabled_passes() if _can_run(p))
+
+
+def install(compilation_config: Any) -> tuple[str, ...]:
     """Give Inductor the pass manager where this worker compiles with it;
-    whether it did."""
+    the names of the passes it got (those enabled that can run here)."""
     from vllm.config.compilation import CompilationMode
 
     global installed
-    passes = enabled_passes()
     compiles_with_inductor = (
         compilation_config.mode == CompilationMode.DYNAMO_TRACE_ONCE
         and compilation_config.backend == "inductor"
     )
-    if not (passes and compiles_with_inductor):
-        return False
+    if not compiles_with_inductor:
+        return ()
+    passes = runnable_passes()
+    if not passes:
+        return ()
     compilation_config.inductor_compile_config[INDUCTOR_OPTION] = BridgePassManager(
         passes
     )
-    installed = True
-    return True
+    installed = tuple(fusion_pass.name for fusion_pass in passes)
+    return installed
 
 
 def report() -> dict[str, Any]:
-    """For the worker report: the passes enabled, whether Inductor got them,
-    and what each rewrote."""
+    """For the worker report: the passes enabled, those Inductor got, and
+    what each rewrote."""
     return {
         "enabled": [fusion_pass.name for fusion_pass in enabled_passes()],
-        "installed": installed,
+        "installed": list(installed),
         "rewrites": dict(rewrites),
     }

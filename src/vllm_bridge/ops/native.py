@@ -1,11 +1,11 @@
-"""vllm-bridge's own C++ kernels: built once per machine and torch version,
+"""vllm-bridge's own C++ libraries: built once per machine and torch version,
 loaded into the processes that run models.
 
-The library is compiled with PyTorch's extension builder (g++ and ninja, both
+Each library is compiled with PyTorch's extension builder (g++ and ninja, both
 present where vLLM's CPU build runs) into a cache directory keyed by the
 sources, the flags and the torch version, so that a second build is a no-op.
-``scripts/setup.sh`` builds it ahead (``python -m vllm_bridge.ops.native``);
-a worker that finds it missing builds it at start (about 30 s, logged).
+``scripts/setup.sh`` builds them ahead (``python -m vllm_bridge.ops.native``);
+a worker that finds one missing builds it at start (about 30 s, logged).
 """
 
 from __future__ import annotations
@@ -17,16 +17,55 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from vllm_bridge.device.isa import cpu_flags
 from vllm_bridge.log import get_logger
 
 logger = get_logger("ops")
 
-LIBRARY = "vllm_bridge_kernels"
-SOURCES = (Path(__file__).parent / "csrc" / "linear_avx2.cpp",)
-# The library is AVX2/FMA code only: the loader is asked for it only on CPUs
-# that have both (see device.isa).
-CFLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-DNDEBUG")
-LDFLAGS = ("-fopenmp",)
+
+@dataclass(frozen=True)
+class NativeLibrary:
+    name: str
+    sources: tuple[Path, ...]
+    cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    needs_flags: frozenset[str]
+    """CPU flags the library's code needs: it is built only where all are."""
+
+    def build_directory(self) -> Path:
+        import torch
+
+        digest = hashlib.sha256()
+        for source in self.sources:
+            digest.update(source.read_bytes())
+        digest.update(" ".join(self.cflags + self.ldflags).encode())
+        digest.update(torch.__version__.encode())
+        cache_root = Path(
+            os.environ.get("VLLM_CACHE_ROOT", Path.home() / ".cache" / "vllm")
+        ).expanduser()
+        return cache_root / "vllm_bridge" / "kernels" / digest.hexdigest()[:16]
+
+
+KERNELS = NativeLibrary(
+    name="vllm_bridge_kernels",
+    sources=(Path(__file__).parent / "csrc" / "linear_avx2.cpp",),
+    cflags=("-O3", "-mavx2", "-mfma", "-fopenmp", "-DNDEBUG"),
+    ldflags=("-fopenmp",),
+    needs_flags=frozenset({"avx2", "fma"}),
+)
+"""The linear kernels (ops/linear.py): AVX2/FMA code."""
+
+ATTENTION_CALL = NativeLibrary(
+    name="vllm_bridge_attention_call",
+    sources=(Path(__file__).parents[1] / "attention" / "csrc" / "attention_call.cpp",),
+    cflags=("-O3", "-DNDEBUG"),
+    ldflags=(),
+    needs_flags=frozenset(),
+)
+"""The attention call without Python (attention/direct_call.py): portable
+C++ around vLLM's kernels, for every CPU."""
+
+LIBRARIES = {"kernels": KERNELS, "attention-call": ATTENTION_CALL}
 
 
 @dataclass(frozen=True)
@@ -35,25 +74,15 @@ class LoadResult:
     detail: str
 
 
-def build_directory() -> Path:
-    import torch
-
-    digest = hashlib.sha256()
-    for source in SOURCES:
-        digest.update(source.read_bytes())
-    digest.update(" ".join(CFLAGS + LDFLAGS).encode())
-    digest.update(torch.__version__.encode())
-    cache_root = Path(
-        os.environ.get("VLLM_CACHE_ROOT", Path.home() / ".cache" / "vllm")
-    ).expanduser()
-    return cache_root / "vllm_bridge" / "kernels" / digest.hexdigest()[:16]
-
-
 def build_and_load(
-    directory: Path, name: str = LIBRARY, sources: tuple[Path, ...] = SOURCES
+    directory: Path,
+    name: str,
+    sources: tuple[Path, ...],
+    cflags: tuple[str, ...] = KERNELS.cflags,
+    ldflags: tuple[str, ...] = KERNELS.ldflags,
 ) -> None:
-    """Compile ``sources`` with the kernel flags into ``directory`` (a no-op
-    when built) and load the library as ``name``."""
+    """Compile ``sources`` with ``cflags`` into ``directory`` (a no-op when
+    built) and load the library as ``name``."""
     from torch.utils import cpp_extension
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -66,8 +95,8 @@ def build_and_load(
     cpp_extension.load(
         name=name,
         sources=[str(source) for source in sources],
-        extra_cflags=list(CFLAGS),
-        extra_ldflags=list(LDFLAGS),
+        extra_cflags=list(cflags),
+        extra_ldflags=list(ldflags),
         build_directory=str(directory),
         is_python_module=False,
         verbose=False,
@@ -75,25 +104,45 @@ def build_and_load(
 
 
 @cache
-def load() -> LoadResult:
-    """Build (if needed) and load the library into this process, once."""
-    directory = build_directory()
-    built = (directory / f"{LIBRARY}.so").exists()
+def load(library: NativeLibrary = KERNELS) -> LoadResult:
+    """Build (if needed) and load ``library`` into this process, once."""
+    missing = library.needs_flags - cpu_flags()
+    if missing:
+        return LoadResult(False, f"this CPU lacks {', '.join(sorted(missing))}")
+    directory = library.build_directory()
+    built = (directory / f"{library.name}.so").exists()
     if not built:
-        logger.info("Building vllm-bridge's C++ kernels in %s (once).", directory)
+        logger.info("Building vllm-bridge's %s in %s (once).", library.name, directory)
     try:
-        build_and_load(directory)
-    except Exception as exc:  # no compiler, no headers: vLLM's kernels remain
+        build_and_load(
+            directory, library.name, library.sources, library.cflags, library.ldflags
+        )
+    except Exception as exc:  # no compiler, no headers: vLLM's code remains
         detail = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1:]}"
-        logger.warning("vllm-bridge's C++ kernels are unavailable: %s", detail)
+        logger.warning("vllm-bridge's %s is unavailable: %s", library.name, detail)
         return LoadResult(False, detail)
-    return LoadResult(True, str(directory / f"{LIBRARY}.so"))
+    return LoadResult(True, str(directory / f"{library.name}.so"))
 
 
 def main() -> None:
-    result = load()
-    print(("built and loaded: " if result.loaded else "not built: ") + result.detail)
-    sys.exit(0 if result.loaded else 1)
+    """Build the libraries named as arguments (default: all), those this
+    CPU can run; exit status 1 if one of them failed."""
+    names = sys.argv[1:] or list(LIBRARIES)
+    unknown = [name for name in names if name not in LIBRARIES]
+    if unknown:
+        choices = ", ".join(LIBRARIES)
+        sys.exit(f"unknown library {', '.join(unknown)}: choose from {choices}")
+    failed = False
+    for name in names:
+        library = LIBRARIES[name]
+        if library.needs_flags - cpu_flags():
+            print(f"{name}: not for this CPU ({load(library).detail})")
+            continue
+        result = load(library)
+        state = "built and loaded" if result.loaded else "not built"
+        print(f"{name}: {state}: {result.detail}")
+        failed |= not result.loaded
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ def bridge_factors() -> list[str]:
     from vllm_bridge import envs
     from vllm_bridge.attention import selection
     from vllm_bridge.device.isa import detect
-    from vllm_bridge.fusion.manager import enabled_passes
+    from vllm_bridge.fusion.manager import runnable_passes
 
     return [
         f"vllm-bridge isa class {detect().effective}",
@@ -27,7 +27,7 @@ def bridge_factors() -> list[str]:
         f"vllm-bridge linear kernel {envs.LINEAR_KERNEL.get()}",
         f"vllm-bridge int8 kernel {envs.INT8_KERNEL.get()}",
         # vLLM's AOT artifact holds the graph after the fusion passes
-        f"vllm-bridge fusion passes {','.join(p.name for p in enabled_passes())}",
+        f"vllm-bridge fusion passes {','.join(p.name for p in runnable_passes())}",
     ]
 
 
