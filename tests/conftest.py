@@ -160,6 +160,15 @@ SHARED_COMPILE_SCOPES = {
 }
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Engine test files first (each starts engines: 15-100 s a file), unit
+    files after them: the two xdist workers then share out the long files
+    first and end on short ones, rather than one of them waiting for the
+    other's last engine. The sort is stable: each file's tests, and the files
+    of a shared compile scope, keep their order."""
+    items.sort(key=lambda item: item.get_closest_marker("engine") is None)
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """With `--dist loadfile`: a file's tests stay in one process (one
     engine per module), and the files of a shared compile scope too. (The
@@ -168,6 +177,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
+
+    # Files in collection order (engine files first, see below), not
+    # pytest-xdist's order by number of tests, which put the engine files
+    # with few tests last.
+    config.option.loadscopereorder = False
 
     class SharedCompileScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:

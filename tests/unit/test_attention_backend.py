@@ -4,6 +4,7 @@ call (KV write + attention) leaves the same cache and output as vLLM's two
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -318,3 +319,40 @@ def test_after_a_forward_every_call_goes_to_vllms_op_again(tiny_model: Path):
         model_forward()
     assert impl.received == [None]
     assert not output.any() and torch.equal(cache, written)
+
+
+class Recorded(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_a_binding_that_fails_leaves_attention_to_vllms_op(tiny_model: Path):
+    from vllm_bridge.attention import direct_call
+    from vllm_bridge.attention.cpu_backend import BridgeCpuAttentionImpl
+
+    isa = _get_attn_isa(torch.float32, BLOCK, HEAD_SIZE, "auto")
+    with set_current_vllm_config(build(tiny_model)):
+        impl = BridgeCpuAttentionImpl(
+            HEADS, HEAD_SIZE, HEAD_SIZE**-0.5, KV_HEADS, None, None, "auto"
+        )
+    # a layer without a kernel ISA name: bind_layer refuses it
+    layer = attention_layer(impl, torch.zeros(2, KV_HEADS, BLOCK, 2 * HEAD_SIZE), None)
+    context = SimpleNamespace(
+        attn_metadata={LAYER: metadata([8], [8], torch.float32, isa)},
+        no_compile_layers={LAYER: layer},
+    )
+    recorded = Recorded()
+    direct_call.logger.addHandler(recorded)
+    try:
+        binding = direct_call.StepBinding()
+        assert not binding.bind(context)
+        layer.isa = isa
+        assert not binding.bind(context)  # for the rest of the process
+    finally:
+        direct_call.logger.removeHandler(recorded)
+    assert len(recorded.messages) == 1
+    assert "attention runs through vLLM's op from now on" in recorded.messages[0]

@@ -17,7 +17,10 @@ from typing import Any
 
 import torch
 
+from vllm_bridge.log import get_logger
 from vllm_bridge.ops import native
+
+logger = get_logger("attention")
 
 OPS = "vllm_bridge_attn"
 
@@ -88,6 +91,7 @@ class StepBinding:
         # whether the op runs it
         self._layers: dict[str, tuple[torch.Tensor, bool]] = {}
         self._ops = getattr(torch.ops, OPS)
+        self._failed = False
 
     def _runs(self, name: str, layer: Any) -> bool:
         kv_cache = getattr(layer, "kv_cache", None)
@@ -102,7 +106,23 @@ class StepBinding:
 
     def bind(self, forward_context: Any) -> bool:
         """Bind this forward's metadata to the layers that run on the op;
-        whether any was bound."""
+        whether any was bound. Should binding ever fail, this process keeps
+        vLLM's op for good (logged): a wrong binding must not stop serving."""
+        if self._failed:
+            return False
+        try:
+            return self._bind(forward_context)
+        except (RuntimeError, TypeError) as error:
+            self._failed = True
+            self.unbind()
+            logger.warning(
+                "vllm-bridge's attention call could not bind this step (%s); "
+                "attention runs through vLLM's op from now on.",
+                error,
+            )
+            return False
+
+    def _bind(self, forward_context: Any) -> bool:
         from vllm.v1.attention.backends.cpu_attn import CPUAttentionMetadata
 
         per_layer = forward_context.attn_metadata
@@ -149,13 +169,13 @@ def report() -> dict[str, int] | None:
 def bind_around_forward(model_runner: Any) -> None:
     """Bind each of ``model_runner``'s forwards for the op, and unbind after
     it, so that no later call reads a finished step's metadata."""
-    from vllm.forward_context import get_forward_context
+    from vllm.forward_context import get_forward_context, is_forward_context_available
 
     forward: Callable[..., Any] = model_runner._model_forward
     binding = StepBinding()
 
     def bound_forward(*args: Any, **kwargs: Any) -> Any:
-        bound = binding.bind(get_forward_context())
+        bound = is_forward_context_available() and binding.bind(get_forward_context())
         try:
             return forward(*args, **kwargs)
         finally:
