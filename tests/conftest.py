@@ -124,6 +124,18 @@ def hf_greedy(tiny_model: Path) -> list[list[int]]:
     return tokens
 
 
+@pytest.fixture(scope="module", autouse=True)
+def module_environ() -> Iterator[None]:
+    """Config rules set environment variables in the process that builds
+    the config, for the workers it starts (e.g. VLLM_BRIDGE_INT8_KERNEL): an
+    engine module's must not reach the next module in the same xdist worker
+    (the doctor's settings line then named one)."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.fixture
 def restore_environ():
     """Config rules set environment variables meant for worker processes;
