@@ -22,10 +22,12 @@ graph cache. Eager mode (`--enforce-eager`) runs no passes.
 Only a pass that measurably helps is on by default. A pass that is off runs
 where `VLLM_BRIDGE_ENABLE_PASSES=<name>` (or `all`) names it;
 `VLLM_BRIDGE_DISABLE_PASSES=<name>` (or `all`) switches any pass off and wins.
-Which passes run is part of the compile-cache key. The worker report
-(`LLM.collective_rpc("bridge_report")`) lists them under `fusion_passes`,
-whether Inductor got the manager, and the places each pass rewrote in that
-process (none where the compiled graph came from a cache).
+A pass that needs something this machine lacks (e.g. a C++ op that could
+not be built) does not run there. Which passes run is part of the
+compile-cache key. The worker report (`LLM.collective_rpc("bridge_report")`)
+lists under `fusion_passes` the passes enabled, those Inductor got
+(`installed`), and the places each pass rewrote in that process (none where
+the compiled graph came from a cache).
 """
 
 
