@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch._higher_order_ops.auto_functionalize import auto_functionalized
 
-from vllm_bridge.attention import direct_call
+from vllm_bridge.attention.direct_call import OPS
 
 
 def rewrite(graph: torch.fx.Graph) -> int:
@@ -17,10 +17,7 @@ def rewrite(graph: torch.fx.Graph) -> int:
     takes a str)."""
     if not hasattr(torch.ops.vllm, "unified_attention_with_output"):
         return 0  # vLLM's attention module is not loaded: no call to find
-    if not direct_call.available():
-        return 0
     vllm_attention = torch.ops.vllm.unified_attention_with_output.default
-    direct = torch.ops.vllm_bridge_attn.attend.default
     count = 0
     for node in graph.nodes:
         if (
@@ -32,7 +29,9 @@ def rewrite(graph: torch.fx.Graph) -> int:
             and node.kwargs.get("output_block_scale") is None
         ):
             # Same schema (argument names, mutated outputs in the same order):
-            # the node's kwargs and its users' getitem indices stay valid.
-            node.args = (direct, *node.args[1:])
+            # the node's kwargs and its users' getitem indices stay valid. The
+            # op is loaded where the pass runs (its catalogue entry requires
+            # it), and looked up only for a call to replace.
+            node.args = (getattr(torch.ops, OPS).attend.default, *node.args[1:])
             count += 1
     return count

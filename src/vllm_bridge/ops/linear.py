@@ -12,7 +12,6 @@ from functools import cache
 
 import torch
 
-from vllm_bridge.device.isa import detect
 from vllm_bridge.ops import native
 
 OP = "vllm_bridge::bf16_linear"
@@ -22,8 +21,9 @@ INT8_OP = "vllm_bridge::int8_linear"
 @cache
 def available() -> bool:
     """Whether the kernels are loaded in this process (built if needed);
-    never on CPUs without AVX2 and FMA, whose code they are."""
-    if not {"avx2", "fma"} <= detect().flags or not native.load().loaded:
+    never on CPUs without AVX2 and FMA, whose code they are (native.KERNELS
+    needs both)."""
+    if not native.load().loaded:
         return False
 
     # Shapes without running the kernels, for torch.compile's tracing.
