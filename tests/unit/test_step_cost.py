@@ -104,6 +104,25 @@ def test_budget_keeps_the_minimum_chunk_when_decodes_fill_the_objective():
     )
 
 
+FREE_PROMPT_TOKENS = StepCost(
+    fixed_s=0.002, per_prefill_token_s=0.0, per_decode_seq_s=0.0001, per_kv_token_s=0.0
+)
+"""A fit that found no cost per prompt token (seen on the tiny model,
+whose prompt tokens cost microseconds, under load)."""
+
+
+def test_minimum_chunk_when_decodes_fill_the_objective_and_prompt_tokens_look_free():
+    assert prefill_token_budget(FREE_PROMPT_TOKENS, 1, 10, 0.001, room=2048) == (
+        MIN_PREFILL_CHUNK
+    )
+
+
+def test_budget_is_the_cold_chunk_when_the_fit_finds_no_cost_per_prompt_token():
+    assert prefill_token_budget(FREE_PROMPT_TOKENS, 1, 10, 0.100, room=2048) == (
+        COLD_PREFILL_CHUNK
+    )
+
+
 def test_budget_is_vllms_when_no_sequence_is_decoding():
     assert prefill_token_budget(TRUE_COST, 0, 0, 0.010, room=2048) == 2048
 

@@ -34,8 +34,13 @@ def prefill_token_budget(
         return room
     if cost is None:
         return min(room, COLD_PREFILL_CHUNK)
-    if cost.per_prefill_token_s <= 0:
-        return room
     spare_s = objective_s - cost.predict(StepShape(0, decode_seqs, kv_tokens))
-    chunk = int(spare_s / cost.per_prefill_token_s) if spare_s > 0 else 0
+    if spare_s <= 0:
+        return min(room, MIN_PREFILL_CHUNK)
+    if cost.per_prefill_token_s <= 0:
+        # The fit found no cost per prompt token (on a tiny model a token
+        # costs microseconds, lost in the noise): it cannot size a chunk,
+        # and a whole prompt at once could still overrun the objective.
+        return min(room, COLD_PREFILL_CHUNK)
+    chunk = int(spare_s / cost.per_prefill_token_s)
     return min(room, max(MIN_PREFILL_CHUNK, chunk))
