@@ -25,13 +25,12 @@ from vllm_bridge.device.cpu import (
 )
 from vllm_bridge.distributed.ray_cluster import node_cpu_count
 from vllm_bridge.fusion import manager as fusion_manager
+from vllm_bridge.fusion.catalogue import ATTENTION_DIRECT
 from vllm_bridge.log import get_logger
 from vllm_bridge.ops.activation import register as register_custom_ops
 from vllm_bridge.patches.catalogue import REGISTRY
 
 logger = get_logger("worker")
-
-ATTENTION_DIRECT = "attention-direct"
 
 
 def _local_rank_and_config(

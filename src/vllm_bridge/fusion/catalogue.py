@@ -26,6 +26,9 @@ class FusionPass:
     process (e.g. a C++ op it puts in the graph is loaded); None: always."""
 
 
+ATTENTION_DIRECT = "attention-direct"
+"""Named apart: the worker binds each forward for it where it runs."""
+
 PASSES: tuple[FusionPass, ...] = (
     FusionPass(
         name="int8-quant-inline",
@@ -66,7 +69,7 @@ PASSES: tuple[FusionPass, ...] = (
         on_by_default=False,
     ),
     FusionPass(
-        name="attention-direct",
+        name=ATTENTION_DIRECT,
         rewrite="vllm_bridge.fusion.attention_direct:rewrite",
         applies_to=(
             "every decoder attention layer on vllm-bridge's CPU backend "

@@ -72,6 +72,8 @@ LIBRARIES = {"kernels": KERNELS, "attention-call": ATTENTION_CALL}
 class LoadResult:
     loaded: bool
     detail: str
+    for_this_cpu: bool = True
+    """False where the CPU lacks the flags the library's code needs."""
 
 
 def build_and_load(
@@ -108,7 +110,9 @@ def load(library: NativeLibrary = KERNELS) -> LoadResult:
     """Build (if needed) and load ``library`` into this process, once."""
     missing = library.needs_flags - cpu_flags()
     if missing:
-        return LoadResult(False, f"this CPU lacks {', '.join(sorted(missing))}")
+        return LoadResult(
+            False, f"this CPU lacks {', '.join(sorted(missing))}", for_this_cpu=False
+        )
     directory = library.build_directory()
     built = (directory / f"{library.name}.so").exists()
     if not built:
@@ -134,11 +138,10 @@ def main() -> None:
         sys.exit(f"unknown library {', '.join(unknown)}: choose from {choices}")
     failed = False
     for name in names:
-        library = LIBRARIES[name]
-        if library.needs_flags - cpu_flags():
-            print(f"{name}: not for this CPU ({load(library).detail})")
+        result = load(LIBRARIES[name])
+        if not result.for_this_cpu:
+            print(f"{name}: not for this CPU ({result.detail})")
             continue
-        result = load(library)
         state = "built and loaded" if result.loaded else "not built"
         print(f"{name}: {state}: {result.detail}")
         failed |= not result.loaded
