@@ -26,8 +26,9 @@ def reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None):
 
 
 # M: 1-12 take the direct path (4 accumulators per row up to 3 rows, 2 up to
-# 6, 1 beyond), 13+ the blocked one, 97+ two passes of 96 rows;
-# K: whole vectors, a tail, more than one 512-wide block; N: odd tails.
+# 6, 1 beyond), 13+ the blocked one, 65+ more than one pass of 64 rows;
+# K: whole vectors, a tail, more than one 1024-wide block (one value past a
+# block: its tail padded); N: odd tails.
 SHAPES = [
     (1, 37, 19),
     (2, 9, 40),
@@ -39,6 +40,7 @@ SHAPES = [
     (13, 33, 513),
     (32, 1152, 896),
     (33, 96, 4864),
+    (20, 11, 1025),
     (130, 19, 72),
 ]
 

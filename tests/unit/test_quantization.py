@@ -127,9 +127,11 @@ def _kernels_here() -> list[str]:
 
 @pytest.mark.parametrize("kernel", _kernels_here() or ["none on this CPU"])
 @pytest.mark.parametrize("dtype", [BF16, FP32])
-def test_each_int8_gemm_of_this_cpu_matches_a_float_reference(kernel, dtype):
+@pytest.mark.parametrize("rows", [5, 40])
+def test_each_int8_gemm_of_this_cpu_matches_a_float_reference(kernel, dtype, rows):
     """Per capability: the kernels of this CPU's class (AMX machines run
-    both, the others oneDNN's)."""
+    both, the others oneDNN's); a decode-sized and a batch-sized input (the
+    bridge kernel's direct and blocked paths)."""
     if kernel == "none on this CPU":
         pytest.skip(f"no int8 GEMM on class {detect().effective}")
     from vllm.platforms import current_platform
@@ -141,7 +143,7 @@ def test_each_int8_gemm_of_this_cpu_matches_a_float_reference(kernel, dtype):
     assert kernel != "bridge" or linear.available()
     generator = torch.Generator().manual_seed(1)
     weight = torch.randn(896, 4864, generator=generator) / 70
-    x = torch.randn(5, 4864, generator=generator).to(dtype)
+    x = torch.randn(rows, 4864, generator=generator).to(dtype)
     bias = torch.randn(896, generator=generator).to(dtype)
     gemm = Int8Gemm(weight, kernel, dtype, bias)  # type: ignore[arg-type]
     assert gemm.kernel == kernel  # per layer only the shape counts
@@ -152,7 +154,7 @@ def test_each_int8_gemm_of_this_cpu_matches_a_float_reference(kernel, dtype):
             gemm(x, bias)
         return
     out = gemm(x, bias)
-    assert out.dtype == dtype and out.shape == (5, 896)
+    assert out.dtype == dtype and out.shape == (rows, 896)
     relative = (out.float() - reference).norm() / reference.norm()
     # per-token int8 activations: about 0.5-1% relative error
     assert relative < 0.02, relative

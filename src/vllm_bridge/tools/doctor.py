@@ -30,8 +30,8 @@ MEASURED_AMX = (
     "594.7 tok/s with 32 concurrent requests (vLLM's built-in platform 15.5 / 343.4)"
 )
 MEASURED_AVX2_SWITCH = (
-    "0.5b preset on 2 cores run as AVX2, 23.1 tok/s single stream and "
-    "124.0 tok/s with 32 concurrent requests (vLLM's built-in platform 9.4 / 17.3)"
+    "0.5b preset on 2 cores run as AVX2, 23.6 tok/s single stream and "
+    "140.0 tok/s with 32 concurrent requests (vLLM's built-in platform 8.6 / 17.8)"
 )
 MEASURED_AVX512_SWITCH = (
     "0.5b preset's linear layers on 2 cores run as AVX-512 without BF16, at "
