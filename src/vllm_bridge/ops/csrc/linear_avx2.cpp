@@ -217,8 +217,8 @@ void blocked_rows(const float* x, int64_t M, int64_t K, int64_t ldx, const W* w,
                   int64_t rows, float* y, int64_t ldy) {
   alignas(32) float tile[kTileN * kBlockK];
   // Activation rows are taken kChunkM at a time so that their K block stays
-  // in the L2 cache while every weight tile passes over it (64 x 1024 floats:
-  // 256 KiB, half the L2 of AMD Zen 2/3).
+  // in the L2 cache while every weight tile passes over it (kChunkM x kBlockK
+  // floats: 256 KiB, half the L2 of AMD Zen 2/3).
   for (int64_t mc0 = 0; mc0 < M; mc0 += kChunkM) {
     const int64_t mc = std::min(kChunkM, M - mc0);
     for (int64_t n0 = 0; n0 < rows; n0 += kTileN) {
