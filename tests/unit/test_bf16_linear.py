@@ -26,7 +26,8 @@ def reference(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None):
 
 
 # M: 1-12 take the direct path (4 accumulators per row up to 3 rows, 2 up to
-# 6, 1 beyond), 13+ the blocked one, 65+ more than one pass of 64 rows;
+# 6, 1 beyond), 13+ the blocked one, 65+ more than one pass of 64 rows (with
+# more than one K block: 70 x 2100);
 # K: whole vectors, a tail, more than one 1024-wide block (one value past a
 # block: its tail padded); N: odd tails.
 SHAPES = [
@@ -41,6 +42,7 @@ SHAPES = [
     (32, 1152, 896),
     (33, 96, 4864),
     (20, 11, 1025),
+    (70, 9, 2100),
     (130, 19, 72),
 ]
 
