@@ -39,6 +39,8 @@ LLAMA_CPP_CMAKE_ARGS = {
     "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF",
 }
 THREADS = len(os.sched_getaffinity(0))
+HUGE_PAGE_BYTES = 2 << 20
+MADV_COLLAPSE = 25  # linux/mman.h, Linux 6.1+
 ENGINES = ("bridge", "builtin", "llama.cpp", "transformers")
 INT8_ENGINES = ("bridge-int8", "llama.cpp-q8_0")
 """With --int8: vllm-bridge with --quantization bridge_int8 and llama.cpp on
@@ -187,10 +189,6 @@ def read_bandwidth(data: torch.Tensor) -> float:
         data.sum()
         seconds.append(time.perf_counter() - started)
     return data.nbytes / min(seconds)
-
-
-HUGE_PAGE_BYTES = 2 << 20
-MADV_COLLAPSE = 25  # linux/mman.h, Linux 6.1+
 
 
 def collapse_into_huge_pages(data: torch.Tensor) -> int:
